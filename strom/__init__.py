@@ -1,0 +1,1 @@
+"""Strom: Apache Fluss rebuilt in Python."""

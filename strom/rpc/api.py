@@ -1,0 +1,117 @@
+"""The Fluss API keys, their versions and their protobuf message pairs.
+
+The numbers and version ranges are Fluss's (`ApiKeys`); the official client refuses any API a server
+does not advertise, so each server advertises exactly the keys it has handlers for.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import cache
+
+from google.protobuf.message import Message
+
+
+class ApiKey(enum.IntEnum):
+    API_VERSIONS = 1000
+    CREATE_DATABASE = 1001
+    DROP_DATABASE = 1002
+    LIST_DATABASES = 1003
+    DATABASE_EXISTS = 1004
+    CREATE_TABLE = 1005
+    DROP_TABLE = 1006
+    GET_TABLE_INFO = 1007
+    LIST_TABLES = 1008
+    LIST_PARTITION_INFOS = 1009
+    TABLE_EXISTS = 1010
+    GET_TABLE_SCHEMA = 1011
+    GET_METADATA = 1012
+    UPDATE_METADATA = 1013
+    PRODUCE_LOG = 1014
+    FETCH_LOG = 1015
+    PUT_KV = 1016
+    LOOKUP = 1017
+    NOTIFY_LEADER_AND_ISR = 1018
+    STOP_REPLICA = 1019
+    ADJUST_ISR = 1020
+    LIST_OFFSETS = 1021
+    COMMIT_KV_SNAPSHOT = 1022
+    GET_LATEST_KV_SNAPSHOTS = 1023
+    GET_KV_SNAPSHOT_METADATA = 1024
+    GET_FILESYSTEM_SECURITY_TOKEN = 1025
+    INIT_WRITER = 1026
+    COMMIT_REMOTE_LOG_MANIFEST = 1027
+    NOTIFY_REMOTE_LOG_OFFSETS = 1028
+    NOTIFY_KV_SNAPSHOT_OFFSET = 1029
+    COMMIT_LAKE_TABLE_SNAPSHOT = 1030
+    NOTIFY_LAKE_TABLE_OFFSET = 1031
+    GET_LAKE_SNAPSHOT = 1032
+    LIMIT_SCAN = 1033
+    PREFIX_LOOKUP = 1034
+    GET_DATABASE_INFO = 1035
+    CREATE_PARTITION = 1036
+    DROP_PARTITION = 1037
+    AUTHENTICATE = 1038
+    LAKE_TIERING_HEARTBEAT = 1042
+    CONTROLLED_SHUTDOWN = 1043
+    ALTER_TABLE = 1044
+    PREPARE_LAKE_TABLE_SNAPSHOT = 1052
+    ALTER_DATABASE = 1060
+    LIST_REMOTE_LOG_MANIFESTS = 1063
+    LIST_KV_SNAPSHOTS = 1064
+    # Strom-only: tablet-server membership, which Fluss keeps in ZooKeeper ephemeral nodes.
+    # Numbered far from Fluss's range so they can never collide with a future Fluss key.
+    REGISTER_TABLET_SERVER = 9001
+    TABLET_SERVER_HEARTBEAT = 9002
+
+
+# Version ranges that differ from 0..0 (Fluss `ApiKeys`; the Rust client has the same ranges).
+_VERSION_RANGES: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.PUT_KV: (0, 2),
+    ApiKey.LOOKUP: (0, 1),
+    ApiKey.PREFIX_LOOKUP: (0, 1),
+}
+
+# Message names differ from the key name in a few places.
+_MESSAGE_STEMS: dict[ApiKey, str] = {
+    ApiKey.GET_METADATA: "Metadata",
+    ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: "GetFileSystemSecurityToken",
+}
+
+_INTERNAL_KEYS = {ApiKey.REGISTER_TABLET_SERVER, ApiKey.TABLET_SERVER_HEARTBEAT}
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec:
+    key: ApiKey
+    min_version: int
+    max_version: int
+    request_type: type[Message]
+    response_type: type[Message]
+
+
+def _stem(key: ApiKey) -> str:
+    return _MESSAGE_STEMS.get(key) or "".join(part.capitalize() for part in key.name.split("_"))
+
+
+@cache
+def api_spec(key: int) -> ApiSpec:
+    """The spec of an API key; raises KeyError for keys Strom does not know."""
+    api_key = ApiKey(key)
+    if api_key in _INTERNAL_KEYS:
+        from strom.rpc.gen import strom_internal_pb2 as module
+    else:
+        from strom.rpc.gen import fluss_api_pb2 as module
+    stem = _stem(api_key)
+    low, high = _VERSION_RANGES.get(api_key, (0, 0))
+    return ApiSpec(
+        api_key, low, high, getattr(module, f"{stem}Request"), getattr(module, f"{stem}Response")
+    )
+
+
+class ServerType(enum.IntEnum):
+    """`ApiVersionsResponse.server_type`: the client checks it against the role it expects."""
+
+    COORDINATOR = 1
+    TABLET_SERVER = 2

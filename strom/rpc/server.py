@@ -1,0 +1,269 @@
+"""Asyncio RPC server speaking the Fluss framing.
+
+Frames are read continuously from a buffered `asyncio.Protocol` and each request runs as its own task,
+so pipelined requests on one connection are answered as they complete (possibly out of order, which
+the client allows). Every request gets an answer: a success frame or an error frame with a Fluss code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import DecodeError, Message
+
+from strom.common.errors import (
+    AuthenticateError,
+    CorruptMessageError,
+    FlussError,
+    UnsupportedVersionError,
+)
+from strom.rpc.api import ApiKey, ServerType, api_spec
+from strom.rpc.framing import (
+    DEFAULT_MAX_FRAME_SIZE,
+    REQUEST_HEADER,
+    RESPONSE_ERROR,
+    RESPONSE_SUCCESS,
+    RequestHeader,
+    response_header,
+)
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a handler may want to know about the request besides its message."""
+
+    api_version: int
+    peer: str
+    session: Session
+
+
+@dataclass(slots=True)
+class Session:
+    """Per-connection state (authentication)."""
+
+    peer: str
+    principal: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[Any, RequestContext], Awaitable[Message]]
+Authenticator = Callable[[Any, Session], Awaitable[Message]]
+
+
+class RpcServer:
+    """One listening socket serving a fixed set of API handlers for one server role."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        host: str,
+        port: int,
+        handlers: dict[ApiKey, Handler],
+        server_type: ServerType | None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        authenticator: Authenticator | None = None,
+    ) -> None:
+        self.name = name
+        self.host = host
+        self._port = port
+        self.handlers = dict(handlers)
+        self.server_type = server_type
+        self.max_frame_size = max_frame_size
+        self.authenticator = authenticator
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self._api_versions_body = self._build_api_versions()
+
+    @property
+    def port(self) -> int:
+        if self._server is not None and self._server.sockets:
+            return self._server.sockets[0].getsockname()[1]
+        return self._port
+
+    def _build_api_versions(self) -> bytes:
+        response = pb.ApiVersionsResponse()
+        keys = {ApiKey.API_VERSIONS, *self.handlers}
+        if self.authenticator is not None:
+            keys.add(ApiKey.AUTHENTICATE)
+        for key in sorted(keys):
+            if key >= 9000:  # Strom-internal keys are not part of the Fluss handshake
+                continue
+            spec = api_spec(key)
+            response.api_versions.add(
+                api_key=int(key), min_version=spec.min_version, max_version=spec.max_version
+            )
+        if self.server_type is not None:
+            response.server_type = int(self.server_type)
+        return response.SerializeToString()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: _Connection(self), self.host, self._port, reuse_address=True
+        )
+        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for connection in list(self._connections):
+                connection.abort()
+            await self._server.wait_closed()
+            self._server = None
+
+
+_NO_AUTH_NEEDED = frozenset({ApiKey.API_VERSIONS, ApiKey.AUTHENTICATE})
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: RpcServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.discard = 0  # bytes of an oversized frame still to skip
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.session = Session(peer="?")
+
+    # ---- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.session.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._connections.discard(self)
+        for task in self.tasks:
+            task.cancel()
+        self.transport = None
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def data_received(self, data: bytes) -> None:
+        if self.discard:
+            skipped = min(self.discard, len(data))
+            self.discard -= skipped
+            data = data[skipped:]
+            if not data:
+                return
+        buffer = self.buffer
+        buffer += data
+        pos = 0
+        end = len(buffer)
+        max_frame = self.server.max_frame_size
+        while end - pos >= 4:
+            length = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
+            if length < 8:
+                log.warning("%s: malformed frame length %d from %s; closing", self.server.name, length,
+                            self.session.peer)
+                self.abort()
+                return
+            if length > max_frame:
+                if end - pos < REQUEST_HEADER.size:
+                    break
+                _, key, _, request_id = REQUEST_HEADER.unpack_from(buffer, pos)
+                available = end - pos - 4
+                self.discard = length - available if available < length else 0
+                consumed = min(length, available)
+                pos += 4 + consumed
+                self._send_error(
+                    request_id,
+                    CorruptMessageError(
+                        f"request frame of {length} bytes (api key {key}) exceeds the maximum frame "
+                        f"size of {max_frame} bytes (rpc.max-frame-size)"
+                    ),
+                )
+                continue
+            if end - pos - 4 < length:
+                break
+            _, key, version, request_id = REQUEST_HEADER.unpack_from(buffer, pos)
+            body = bytes(buffer[pos + REQUEST_HEADER.size : pos + 4 + length])
+            pos += 4 + length
+            self._dispatch(RequestHeader(key, version, request_id), body)
+        if pos:
+            del buffer[:pos]
+
+    # ---- request handling
+
+    def _dispatch(self, header: RequestHeader, body: bytes) -> None:
+        task = asyncio.get_running_loop().create_task(self._handle(header, body))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _handle(self, header: RequestHeader, body: bytes) -> None:
+        server = self.server
+        try:
+            key = header.api_key
+            if key == ApiKey.API_VERSIONS:
+                self._send(RESPONSE_SUCCESS, header.request_id, server._api_versions_body)
+                return
+            try:
+                spec = api_spec(key)
+            except (KeyError, ValueError):
+                raise UnsupportedVersionError(f"unknown API key {key}") from None
+            if key == ApiKey.AUTHENTICATE and server.authenticator is not None:
+                request = spec.request_type()
+                request.ParseFromString(body)
+                response = await server.authenticator(request, self.session)
+                self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+                return
+            handler = server.handlers.get(ApiKey(key))
+            if handler is None:
+                raise UnsupportedVersionError(
+                    f"API {ApiKey(key).name} ({key}) is not served by the {server.name}"
+                )
+            if not spec.min_version <= header.api_version <= spec.max_version:
+                raise UnsupportedVersionError(
+                    f"API {spec.key.name} version {header.api_version} is not supported "
+                    f"(supported: {spec.min_version}..{spec.max_version})"
+                )
+            if server.authenticator is not None and self.session.principal is None \
+                    and key not in _NO_AUTH_NEEDED:
+                raise AuthenticateError(f"{spec.key.name} sent before SASL authentication completed")
+            request = spec.request_type()
+            try:
+                request.ParseFromString(body)
+            except DecodeError as e:
+                raise CorruptMessageError(f"cannot parse {spec.request_type.__name__}: {e}") from None
+            response = await handler(request, RequestContext(header.api_version, self.session.peer,
+                                                              self.session))
+            self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+        except asyncio.CancelledError:
+            raise
+        except FlussError as e:
+            self._send_error(header.request_id, e)
+        except Exception as e:
+            log.exception("%s: unexpected error handling api key %d", server.name, header.api_key)
+            self._send_error(header.request_id, e)
+
+    def _send_error(self, request_id: int, error: BaseException) -> None:
+        response = pb.ErrorResponse()
+        if isinstance(error, FlussError):
+            response.error_code = error.code
+            response.error_message = error.message
+        else:
+            response.error_code = -1
+            response.error_message = f"{type(error).__name__}: {error}"
+        self._send(RESPONSE_ERROR, request_id, response.SerializeToString())
+
+    def _send(self, response_type: int, request_id: int, body: bytes) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        head = response_header(response_type, request_id, len(body))
+        if len(body) > 65536:
+            transport.writelines((head, body))
+        else:
+            transport.write(head + body)
