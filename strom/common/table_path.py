@@ -69,7 +69,9 @@ class TablePath:
         return cls(db, table) if sep else cls(DEFAULT_DATABASE_NAME, db)
 
     def is_valid(self) -> bool:
-        return detect_invalid_name(self.database_name) is None and detect_invalid_name(self.table_name) is None
+        return (
+            detect_invalid_name(self.database_name) is None and detect_invalid_name(self.table_name) is None
+        )
 
     def validate(self) -> None:
         """Raise InvalidDatabaseError / InvalidTableError naming the problem."""

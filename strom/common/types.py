@@ -263,8 +263,10 @@ class DataType:
     def from_arrow(cls, t: pa.DataType, nullable: bool = True) -> DataType:
         """The Fluss type for an Arrow type, as the Fluss Rust client (pyfluss) maps it.
 
-        Unsigned integers map to the signed type of the same width, large strings/binaries to
-        STRING/BYTES, date64 to DATE, zoned timestamps to TIMESTAMP_LTZ whatever the zone.
+        Unsigned integers map to the signed type of the same width; large and view strings and
+        binaries to STRING / BYTES; dictionaries to their value type; date64 to DATE; time and
+        timestamp units to precision 0/3/6/9; zoned timestamps to TIMESTAMP_LTZ whatever the zone;
+        large lists to ARRAY. Checked against pyfluss 1.0.0's ``Schema(pa.schema)``.
         """
         pt = pa.types
         result: DataType
@@ -282,10 +284,13 @@ class DataType:
             result = FLOAT()
         elif pt.is_float64(t):
             result = DOUBLE()
-        elif pt.is_string(t) or pt.is_large_string(t):
+        elif pt.is_string(t) or pt.is_large_string(t) or pt.is_string_view(t):
             result = STRING()
-        elif pt.is_binary(t) or pt.is_large_binary(t):
+        elif pt.is_binary(t) or pt.is_large_binary(t) or pt.is_binary_view(t):
             result = BYTES()
+        elif pt.is_dictionary(t):
+            # The wheel maps a dictionary-encoded column to its value type.
+            result = cls.from_arrow(t.value_type)
         elif pt.is_fixed_size_binary(t):
             result = BINARY(t.byte_width)
         elif pt.is_date32(t) or pt.is_date64(t):

@@ -60,7 +60,9 @@ def _write_options(compression: str, zstd_level: int) -> pa.ipc.IpcWriteOptions 
     raise ValueError(f"unknown Arrow compression {compression!r}; expected one of {ARROW_COMPRESSIONS}")
 
 
-def serialize_arrow_records(records: pa.RecordBatch, compression: str = "NONE", zstd_level: int = 3) -> pa.Buffer:
+def serialize_arrow_records(
+    records: pa.RecordBatch, compression: str = "NONE", zstd_level: int = 3
+) -> pa.Buffer:
     """One encapsulated Arrow IPC RecordBatch message (continuation marker, metadata, body)."""
     options = _write_options(compression, zstd_level)
     if options is None:
@@ -164,7 +166,9 @@ def decode_arrow_batch(
     start = records_offset(buf, pos, header)
     end = pos + header.size
     if end > len(buf):
-        raise CorruptRecordError(f"log batch at position {pos}: {header.size} bytes expected, buffer too short")
+        raise CorruptRecordError(
+            f"log batch at position {pos}: {header.size} bytes expected, buffer too short"
+        )
     count = header.record_count
     change_types: bytes | None = None
     if not header.is_append_only:

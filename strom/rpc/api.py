@@ -105,9 +105,7 @@ def api_spec(key: int) -> ApiSpec:
         from strom.rpc.gen import fluss_api_pb2 as module
     stem = _stem(api_key)
     low, high = _VERSION_RANGES.get(api_key, (0, 0))
-    return ApiSpec(
-        api_key, low, high, getattr(module, f"{stem}Request"), getattr(module, f"{stem}Response")
-    )
+    return ApiSpec(api_key, low, high, getattr(module, f"{stem}Request"), getattr(module, f"{stem}Response"))
 
 
 class ServerType(enum.IntEnum):

@@ -93,8 +93,7 @@ class RpcConnection(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -159,15 +158,17 @@ class RpcConnection(asyncio.Protocol):
         timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     ) -> Any:
         spec = api_spec(api_key)
-        body = await self.request_raw(
-            api_key, message.SerializeToString(), version=version, timeout=timeout
-        )
+        body = await self.request_raw(api_key, message.SerializeToString(), version=version, timeout=timeout)
         response = spec.response_type()
         response.ParseFromString(body)
         return response
 
     async def request_raw(
-        self, api_key: ApiKey, body: bytes, *, version: int | None = None,
+        self,
+        api_key: ApiKey,
+        body: bytes,
+        *,
+        version: int | None = None,
         timeout: float | None = DEFAULT_REQUEST_TIMEOUT,
     ) -> bytes:
         transport = self.transport

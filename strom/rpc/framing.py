@@ -30,7 +30,9 @@ class RequestHeader:
 
 
 def encode_request(api_key: int, api_version: int, request_id: int, body: bytes) -> bytes:
-    return REQUEST_HEADER.pack(len(body) + REQUEST_HEADER_BODY_OFFSET, api_key, api_version, request_id) + body
+    return (
+        REQUEST_HEADER.pack(len(body) + REQUEST_HEADER_BODY_OFFSET, api_key, api_version, request_id) + body
+    )
 
 
 def response_header(response_type: int, request_id: int, body_size: int) -> bytes:

@@ -135,8 +135,7 @@ class _Connection(asyncio.Protocol):
     # ---- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
         self.session.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server._connections.add(self)
@@ -166,8 +165,12 @@ class _Connection(asyncio.Protocol):
         while end - pos >= 4:
             length = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
             if length < 8:
-                log.warning("%s: malformed frame length %d from %s; closing", self.server.name, length,
-                            self.session.peer)
+                log.warning(
+                    "%s: malformed frame length %d from %s; closing",
+                    self.server.name,
+                    length,
+                    self.session.peer,
+                )
                 self.abort()
                 return
             if length > max_frame:
@@ -229,16 +232,20 @@ class _Connection(asyncio.Protocol):
                     f"API {spec.key.name} version {header.api_version} is not supported "
                     f"(supported: {spec.min_version}..{spec.max_version})"
                 )
-            if server.authenticator is not None and self.session.principal is None \
-                    and key not in _NO_AUTH_NEEDED:
+            if (
+                server.authenticator is not None
+                and self.session.principal is None
+                and key not in _NO_AUTH_NEEDED
+            ):
                 raise AuthenticateError(f"{spec.key.name} sent before SASL authentication completed")
             request = spec.request_type()
             try:
                 request.ParseFromString(body)
             except DecodeError as e:
                 raise CorruptMessageError(f"cannot parse {spec.request_type.__name__}: {e}") from None
-            response = await handler(request, RequestContext(header.api_version, self.session.peer,
-                                                              self.session))
+            response = await handler(
+                request, RequestContext(header.api_version, self.session.peer, self.session)
+            )
             self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
         except asyncio.CancelledError:
             raise

@@ -114,8 +114,15 @@ class SqliteMetadataStore(MetadataStore):
         with self.transaction():
             self._db.execute(
                 "INSERT INTO tables VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (record.table_id, record.database, record.name, record.schema_id, record.table_json,
-                 record.created_time, record.modified_time),
+                (
+                    record.table_id,
+                    record.database,
+                    record.name,
+                    record.schema_id,
+                    record.table_json,
+                    record.created_time,
+                    record.modified_time,
+                ),
             )
             self.add_schema(record.table_id, record.schema_id, schema_json)
 
@@ -186,8 +193,16 @@ class SqliteMetadataStore(MetadataStore):
             self._db.executemany(
                 "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (a.table_id, _NO_PARTITION if a.partition_id is None else a.partition_id, a.bucket_id,
-                     json.dumps(a.replicas), a.leader, a.leader_epoch, json.dumps(a.isr), a.bucket_epoch)
+                    (
+                        a.table_id,
+                        _NO_PARTITION if a.partition_id is None else a.partition_id,
+                        a.bucket_id,
+                        json.dumps(a.replicas),
+                        a.leader,
+                        a.leader_epoch,
+                        json.dumps(a.isr),
+                        a.bucket_epoch,
+                    )
                     for a in assignments
                 ],
             )
@@ -199,9 +214,14 @@ class SqliteMetadataStore(MetadataStore):
             rows = self._query("SELECT * FROM buckets WHERE table_id = ?", (table_id,))
         return [
             BucketAssignment(
-                table_id=row[0], partition_id=None if row[1] == _NO_PARTITION else row[1], bucket_id=row[2],
-                replicas=tuple(json.loads(row[3])), leader=row[4], leader_epoch=row[5],
-                isr=tuple(json.loads(row[6])), bucket_epoch=row[7],
+                table_id=row[0],
+                partition_id=None if row[1] == _NO_PARTITION else row[1],
+                bucket_id=row[2],
+                replicas=tuple(json.loads(row[3])),
+                leader=row[4],
+                leader_epoch=row[5],
+                isr=tuple(json.loads(row[6])),
+                bucket_epoch=row[7],
             )
             for row in rows
         ]

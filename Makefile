@@ -1,0 +1,31 @@
+# From a fresh clone: `make run` starts a local cluster, `make test` runs the whole test suite.
+# Both create .venv and install the project into it first.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint proto bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/strom local $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check strom tests scripts bench
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check strom tests scripts bench
+
+proto: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'grpcio-tools>=1.74,<1.81'
+	$(BIN)/python scripts/gen_proto.py
+
+clean:
+	rm -rf $(VENV) strom-data .pytest_cache

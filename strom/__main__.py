@@ -1,0 +1,3 @@
+from strom.cli import main
+
+main()

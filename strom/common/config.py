@@ -1,0 +1,1073 @@
+"""Typed configuration options with Fluss's names, value syntax and defaults.
+
+A `ConfigOption` names a key, the type its string value parses to, a default and a description.
+A `Configuration` is a plain ``str -> str`` mapping that parses values on `get`. Value syntax is
+Fluss's: durations need a unit (``"500ms"``, ``"10 s"``, ``"3min"``, ``"1h"``, ``"7 d"``), memory
+sizes too (``"64kb"``, ``"1024m"``, ``"2 gb"``; binary multiples), booleans are ``true``/``false`` in any
+case, enums match case-insensitively, lists are comma-separated.
+
+The catalogues at the end list the server options, every ``table.*`` option (the only keys a
+table's ``properties`` may hold), the client options Strom reads and the connector options.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar, cast
+
+T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
+
+# ----------------------------------------------------------------------------------- value types
+
+
+class MemorySize(int):
+    """A number of bytes, parsed from strings such as ``"64 kb"`` or ``"1024m"``."""
+
+    _UNITS: dict[str, int] = {
+        "b": 1,
+        "bytes": 1,
+        "k": 1 << 10,
+        "kb": 1 << 10,
+        "kibibytes": 1 << 10,
+        "m": 1 << 20,
+        "mb": 1 << 20,
+        "mebibytes": 1 << 20,
+        "g": 1 << 30,
+        "gb": 1 << 30,
+        "gibibytes": 1 << 30,
+        "t": 1 << 40,
+        "tb": 1 << 40,
+        "tebibytes": 1 << 40,
+    }
+
+    @classmethod
+    def parse(cls, text: str) -> MemorySize:
+        return cls(parse_memory_size(text))
+
+    def __str__(self) -> str:
+        return format_memory_size(int(self))
+
+    def __repr__(self) -> str:
+        return f"MemorySize({int(self)})"
+
+
+_LEADING_DIGITS = re.compile(r"[0-9]*")
+_MAX_INT64 = (1 << 63) - 1
+
+
+def _split_number_unit(text: str, what: str) -> tuple[int, str]:
+    trimmed = text.strip()
+    if not trimmed:
+        raise ValueError("argument is an empty- or whitespace-only string")
+    digits = _LEADING_DIGITS.match(trimmed)
+    number = digits.group(0) if digits else ""
+    if not number:
+        raise ValueError(f"{what} '{text}' does not start with a number")
+    value = int(number)
+    if value > _MAX_INT64:
+        raise ValueError(f"The value '{number}' cannot be represented as 64bit number (numeric overflow).")
+    return value, trimmed[len(number) :].strip().lower()
+
+
+def parse_memory_size(text: str) -> int:
+    """``"1024m"`` → 1073741824. A unit is required, as in Fluss."""
+    value, unit = _split_number_unit(text, "memory size")
+    if not unit:
+        raise ValueError(
+            f"The memory value '{text}' does not specify a memory unit. Memory size must be specified "
+            "with units bytes (b), kibibytes (kb), mebibytes (mb) or gibibytes (gb). E.g. 50b, 100kb, 3mb."
+        )
+    multiplier = MemorySize._UNITS.get(unit)
+    if multiplier is None:
+        raise ValueError(
+            f"Memory size unit '{unit}' does not match any of the recognized units: "
+            + ", ".join(sorted(MemorySize._UNITS))
+        )
+    result = value * multiplier
+    if result > _MAX_INT64:
+        raise ValueError(
+            f"The value '{text}' cannot be represented as 64bit number of bytes (numeric overflow)."
+        )
+    return result
+
+
+def format_memory_size(n: int) -> str:
+    """The largest exact unit: 1073741824 → ``"1gb"``, 3072 → ``"3kb"``, 1500 → ``"1500b"``."""
+    for unit, mult in (("tb", 1 << 40), ("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
+        if n and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return f"{n}b"
+
+
+_DURATION_UNITS: dict[str, timedelta] = {}
+for _labels, _unit in (
+    (("d", "day", "days"), timedelta(days=1)),
+    (("h", "hour", "hours"), timedelta(hours=1)),
+    (("min", "m", "minute", "minutes"), timedelta(minutes=1)),
+    (("s", "sec", "secs", "second", "seconds"), timedelta(seconds=1)),
+    (("ms", "milli", "millis", "millisecond", "milliseconds"), timedelta(milliseconds=1)),
+    (("µs", "micro", "micros", "microsecond", "microseconds"), timedelta(microseconds=1)),
+):
+    for _label in _labels:
+        _DURATION_UNITS[_label] = _unit
+
+
+_NANO_LABELS = frozenset({"ns", "nano", "nanos", "nanosecond", "nanoseconds"})
+
+
+def parse_duration(text: str) -> timedelta:
+    """``"3min"`` → 3 minutes. A unit is required, as in Fluss."""
+    value, unit = _split_number_unit(text, "duration")
+    if not unit:
+        raise ValueError(
+            f"The time value '{text}' does not specify a time unit. Time must be specified with units "
+            "milliseconds (ms), seconds (s), minutes (min), hour (h), or day (d). E.g. 50ms, 100s, 3h."
+        )
+    if unit in _NANO_LABELS:
+        # timedelta has no nanoseconds; round to whole microseconds.
+        return timedelta(microseconds=round(value / 1000))
+    step = _DURATION_UNITS.get(unit)
+    if step is None:
+        raise ValueError(
+            f"Time interval unit label '{unit}' does not match any of the recognized units: "
+            "d, h, min, s, ms, µs, ns"
+        )
+    try:
+        return step * value
+    except OverflowError as e:
+        raise ValueError(f"The duration '{text}' is too large") from e
+
+
+def format_duration(d: timedelta) -> str:
+    """The largest unit that represents `d` exactly: 600 s → ``"10 min"``."""
+    micros = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+    for label, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000)):
+        if micros and micros % size == 0:
+            return f"{micros // size} {label}"
+    if micros % 1000 == 0:
+        return f"{micros // 1000} ms"
+    return f"{micros} µs"
+
+
+def parse_bool(text: str) -> bool:
+    upper = text.strip().upper()
+    if upper == "TRUE":
+        return True
+    if upper == "FALSE":
+        return False
+    raise ValueError(
+        f"Unrecognized option for boolean: {text}. Expected either true or false(case insensitive)"
+    )
+
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_int(text: str) -> int:
+    # Strict like Java's Integer.parseInt: no underscores, no spaces inside.
+    stripped = text.strip()
+    if not _INT_RE.fullmatch(stripped):
+        raise ValueError(f'For input string: "{text}"')
+    return int(stripped)
+
+
+def parse_enum(text: str, enum_type: type[E]) -> E:
+    wanted = text.strip().upper()
+    for member in enum_type:
+        if str(member.value).upper() == wanted:
+            return member
+    allowed = ", ".join(str(m.value) for m in enum_type)
+    raise ValueError(
+        f"Could not parse value '{text}' for enum {enum_type.__name__}. Expected one of: [{allowed}]"
+    )
+
+
+def parse_list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def to_config_string(value: object) -> str:
+    """The string form a typed value takes in a Configuration / table properties."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, MemorySize):
+        return format_memory_size(int(value))
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, list | tuple):
+        return ",".join(to_config_string(v) for v in value)
+    return str(value)
+
+
+# ----------------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOption(Generic[T]):
+    """One configuration key, the type its value parses to, its default and what it does."""
+
+    key: str
+    type: type
+    default: T | None
+    description: str
+    # Older keys still read when `key` is absent.
+    fallback_keys: tuple[str, ...] = ()
+
+    def parse(self, raw: str) -> T:
+        t = self.type
+        value: Any
+        if t is bool:
+            value = parse_bool(raw)
+        elif t is int:
+            value = parse_int(raw)
+        elif t is float:
+            value = float(raw.strip())
+        elif t is timedelta:
+            value = parse_duration(raw)
+        elif t is MemorySize:
+            value = MemorySize.parse(raw)
+        elif t is list:
+            value = parse_list(raw)
+        elif isinstance(t, type) and issubclass(t, enum.Enum):
+            value = parse_enum(raw, t)
+        else:
+            value = raw
+        return cast(T, value)
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None
+
+
+class Configuration(Mapping[str, str]):
+    """String-valued settings with typed access through ConfigOptions."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._values: dict[str, str] = dict(values or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"Configuration({self._values!r})"
+
+    def _raw(self, option: ConfigOption[Any]) -> str | None:
+        for key in (option.key, *option.fallback_keys):
+            if key in self._values:
+                return self._values[key]
+        return None
+
+    def contains(self, option: ConfigOption[Any]) -> bool:
+        return self._raw(option) is not None
+
+    def get(self, option: ConfigOption[T], default: Any = None) -> T | None:  # type: ignore[override]
+        """The parsed value, else `default` if given, else the option's default.
+
+        Raises ValueError naming the key when the stored string does not parse.
+        """
+        if isinstance(option, str):
+            return cast(T | None, self._values.get(option, default))
+        raw = self._raw(option)
+        if raw is None:
+            return cast(T | None, default) if default is not None else option.default
+        try:
+            return option.parse(raw)
+        except ValueError as e:
+            raise ValueError(f"Could not parse value '{raw}' for key '{option.key}': {e}") from e
+
+    def get_optional(self, option: ConfigOption[T]) -> T | None:
+        """The parsed value when set, None otherwise (the default is ignored)."""
+        return self.get(option) if self.contains(option) else None
+
+    def set(self, option: ConfigOption[T] | str, value: object) -> None:
+        key = option if isinstance(option, str) else option.key
+        self._values[key] = value if isinstance(value, str) else to_config_string(value)
+
+    def to_dict(self) -> dict[str, str]:
+        return dict(self._values)
+
+    def merged(self, other: Mapping[str, str]) -> Configuration:
+        return Configuration({**self._values, **other})
+
+
+def _catalogue(options: Iterable[ConfigOption[Any]]) -> dict[str, ConfigOption[Any]]:
+    result: dict[str, ConfigOption[Any]] = {}
+    for option in options:
+        if option.key in result:
+            raise ValueError(f"option {option.key} defined twice")
+        result[option.key] = option
+    return result
+
+
+def _system_zone_id() -> str:
+    """The IANA name of the local time zone (Java's ZoneId.systemDefault()), UTC if unknown."""
+    tz = os.environ.get("TZ")
+    if tz:
+        return tz.lstrip(":")
+    try:
+        target = os.path.realpath("/etc/localtime")
+    except OSError:
+        return "UTC"
+    marker = "zoneinfo/"
+    idx = target.find(marker)
+    return target[idx + len(marker) :] if idx >= 0 else "UTC"
+
+
+# ----------------------------------------------------------------------------------- enums
+
+
+class LogFormat(enum.StrEnum):
+    ARROW = "ARROW"
+    INDEXED = "INDEXED"
+    COMPACTED = "COMPACTED"
+
+
+class KvFormat(enum.StrEnum):
+    COMPACTED = "COMPACTED"
+    INDEXED = "INDEXED"
+
+
+class ArrowCompressionType(enum.StrEnum):
+    NONE = "NONE"
+    LZ4_FRAME = "LZ4_FRAME"
+    ZSTD = "ZSTD"
+
+
+class MergeEngineType(enum.StrEnum):
+    FIRST_ROW = "FIRST_ROW"
+    VERSIONED = "VERSIONED"
+    AGGREGATION = "AGGREGATION"
+
+
+class DeleteBehavior(enum.StrEnum):
+    ALLOW = "ALLOW"
+    IGNORE = "IGNORE"
+    DISABLE = "DISABLE"
+
+
+class ChangelogImage(enum.StrEnum):
+    FULL = "FULL"
+    WAL = "WAL"
+
+
+class AutoPartitionTimeUnit(enum.StrEnum):
+    YEAR = "YEAR"
+    QUARTER = "QUARTER"
+    MONTH = "MONTH"
+    DAY = "DAY"
+    HOUR = "HOUR"
+
+
+class DataLakeFormat(enum.StrEnum):
+    # Fluss writes these in lower case.
+    PAIMON = "paimon"
+    LANCE = "lance"
+    ICEBERG = "iceberg"
+    HUDI = "hudi"
+
+
+class NoKeyAssigner(enum.StrEnum):
+    STICKY = "STICKY"
+    ROUND_ROBIN = "ROUND_ROBIN"
+
+
+# The kv format version the coordinator stamps on new primary-key tables.
+KV_FORMAT_VERSION_1 = 1
+KV_FORMAT_VERSION_2 = 2
+CURRENT_KV_FORMAT_VERSION = KV_FORMAT_VERSION_2
+
+# ----------------------------------------------------------------------------------- server options
+
+DEFAULT_BUCKET_NUMBER: ConfigOption[int] = ConfigOption(
+    "default.bucket.number", int, 1, "Buckets a new table gets when it does not say how many."
+)
+DEFAULT_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
+    "default.replication.factor",
+    int,
+    1,
+    "Replicas per bucket for tables that set no table.replication.factor.",
+)
+BIND_LISTENERS: ConfigOption[str] = ConfigOption(
+    "bind.listeners",
+    str,
+    None,
+    "Where the server listens, as comma-separated NAME://host:port entries (e.g. FLUSS://0.0.0.0:9123).",
+)
+ADVERTISED_LISTENERS: ConfigOption[str] = ConfigOption(
+    "advertised.listeners",
+    str,
+    None,
+    "Addresses published to clients when they differ from bind.listeners (NAME://host:port, ...).",
+)
+INTERNAL_LISTENER_NAME: ConfigOption[str] = ConfigOption(
+    "internal.listener.name", str, "FLUSS", "Which listener servers use to reach each other."
+)
+DATA_DIR: ConfigOption[str] = ConfigOption(
+    "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
+)
+REMOTE_DATA_DIR: ConfigOption[str] = ConfigOption(
+    "remote.data.dir",
+    str,
+    None,
+    "Remote storage (a path or an fsspec URL such as s3://bucket/fluss) for tiered log segments and kv "
+    "snapshots.",
+)
+REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
+    "remote.data.dirs",
+    list,
+    [],
+    "Several remote data directories; new tables are spread over them. Overrides remote.data.dir.",
+)
+ZOOKEEPER_ADDRESS: ConfigOption[str] = ConfigOption(
+    "zookeeper.address",
+    str,
+    None,
+    "ZooKeeper connect string. When unset, the coordinator keeps metadata in an embedded SQLite file.",
+)
+ZOOKEEPER_PATH_ROOT: ConfigOption[str] = ConfigOption(
+    "zookeeper.path.root", str, "/fluss", "Root znode under which all cluster metadata lives."
+)
+ZOOKEEPER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "zookeeper.client.session-timeout",
+    timedelta,
+    timedelta(seconds=60),
+    "ZooKeeper session timeout.",
+    fallback_keys=("recovery.zookeeper.client.session-timeout",),
+)
+ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "zookeeper.client.connection-timeout",
+    timedelta,
+    timedelta(seconds=15),
+    "How long to wait for a ZooKeeper connection.",
+    fallback_keys=("recovery.zookeeper.client.connection-timeout",),
+)
+COORDINATOR_HOST: ConfigOption[str] = ConfigOption(
+    "coordinator.host", str, None, "Deprecated in Fluss in favour of bind.listeners: the coordinator's host."
+)
+COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
+    "coordinator.port",
+    str,
+    "9123",
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port.",
+)
+TABLET_SERVER_HOST: ConfigOption[str] = ConfigOption(
+    "tablet-server.host",
+    str,
+    None,
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host.",
+)
+TABLET_SERVER_PORT: ConfigOption[str] = ConfigOption(
+    "tablet-server.port", str, "0", "Deprecated in Fluss in favour of bind.listeners: a tablet server's port."
+)
+TABLET_SERVER_ID: ConfigOption[int] = ConfigOption(
+    "tablet-server.id", int, None, "This tablet server's id; required, unique in the cluster, >= 0."
+)
+TABLET_SERVER_RACK: ConfigOption[str] = ConfigOption(
+    "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
+)
+# Strom's own: Fluss tracks liveness through ZooKeeper sessions; Strom servers heartbeat the
+# coordinator instead (also with ZooKeeper), so liveness has options of its own.
+TABLET_SERVER_HEARTBEAT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "tablet-server.heartbeat.interval",
+    timedelta,
+    timedelta(seconds=1),
+    "(Strom) How often a tablet server heartbeats the coordinator.",
+)
+TABLET_SERVER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "tablet-server.session.timeout",
+    timedelta,
+    timedelta(seconds=10),
+    "(Strom) How long the coordinator waits without a heartbeat before it declares a tablet server "
+    "dead and moves leadership of its buckets elsewhere.",
+)
+# Strom's own: the largest RPC frame a server or client accepts. Fluss's closest setting is
+# netty.server.max-request-size, read as a fallback.
+RPC_MAX_FRAME_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "rpc.max-frame-size",
+    MemorySize,
+    MemorySize(128 << 20),
+    "(Strom) Largest RPC frame accepted; a bigger frame is refused with an error before it is read.",
+    fallback_keys=("netty.server.max-request-size",),
+)
+MAX_PARTITION_NUM: ConfigOption[int] = ConfigOption(
+    "max.partition.num", int, 1000, "Most partitions one partitioned table may have."
+)
+MAX_BUCKET_NUM: ConfigOption[int] = ConfigOption(
+    "max.bucket.num", int, 4096, "Most buckets one non-partitioned table (or one partition) may have."
+)
+ALLOW_CREATE_LOG_TABLES: ConfigOption[bool] = ConfigOption(
+    "allow.create.log.tables", bool, True, "Whether users may create log tables (no primary key)."
+)
+ALLOW_CREATE_KV_TABLES: ConfigOption[bool] = ConfigOption(
+    "allow.create.kv.tables", bool, True, "Whether users may create primary-key tables."
+)
+AUTO_PARTITION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "auto-partition.check.interval",
+    timedelta,
+    timedelta(minutes=10),
+    "How often the coordinator creates upcoming and drops expired auto partitions.",
+)
+LOG_SEGMENT_FILE_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "log.segment.file-size", MemorySize, MemorySize(1 << 30), "Size at which a log segment is rolled."
+)
+LOG_INDEX_FILE_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "log.index.file-size", MemorySize, MemorySize(10 << 20), "Maximum size of a segment's offset/time index."
+)
+LOG_INDEX_INTERVAL_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "log.index.interval-size",
+    MemorySize,
+    MemorySize(4 << 10),
+    "Bytes of log between two offset-index entries.",
+)
+LOG_FILE_PREALLOCATE: ConfigOption[bool] = ConfigOption(
+    "log.file-preallocate", bool, False, "Whether to preallocate segment files."
+)
+LOG_FLUSH_INTERVAL_MESSAGES: ConfigOption[int] = ConfigOption(
+    "log.flush.interval-messages",
+    int,
+    _MAX_INT64,
+    "Messages appended before the log is fsynced; by default durability comes from replication.",
+)
+LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "log.flush.offset.checkpoint-interval",
+    timedelta,
+    timedelta(seconds=60),
+    "How often the recovery point (last flushed offset) is checkpointed.",
+)
+LOG_RETENTION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "log.retention.check-interval",
+    timedelta,
+    timedelta(minutes=5),
+    "How often local segments are checked for TTL expiry.",
+)
+LOG_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "log.replica.high-watermark.checkpoint-interval",
+    timedelta,
+    timedelta(seconds=5),
+    "How often high watermarks are checkpointed to disk.",
+)
+LOG_REPLICA_MAX_LAG_TIME: ConfigOption[timedelta] = ConfigOption(
+    "log.replica.max-lag-time",
+    timedelta,
+    timedelta(seconds=30),
+    "A follower that has not caught up for this long is removed from the ISR.",
+)
+LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER: ConfigOption[int] = ConfigOption(
+    "log.replica.min-in-sync-replicas-number",
+    int,
+    1,
+    "Fewest in-sync replicas an acks=all write needs; fewer fails with NOT_ENOUGH_REPLICAS.",
+)
+LOG_REPLICA_FETCH_MAX_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "log.replica.fetch.max-bytes", MemorySize, MemorySize(16 << 20), "Most bytes one follower fetch returns."
+)
+LOG_REPLICA_FETCH_MAX_BYTES_FOR_BUCKET: ConfigOption[MemorySize] = ConfigOption(
+    "log.replica.fetch.max-bytes-for-bucket",
+    MemorySize,
+    MemorySize(1 << 20),
+    "Most bytes one follower fetch returns per bucket.",
+)
+LOG_REPLICA_FETCH_WAIT_MAX_TIME: ConfigOption[timedelta] = ConfigOption(
+    "log.replica.fetch.wait-max-time",
+    timedelta,
+    timedelta(milliseconds=500),
+    "Longest a follower fetch waits for data on the leader.",
+)
+LOG_REPLICA_FETCH_MIN_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "log.replica.fetch.min-bytes", MemorySize, MemorySize(1), "Bytes a follower fetch waits for."
+)
+LOG_REPLICA_FETCH_BACKOFF_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "log.replica.fetch.backoff-interval",
+    timedelta,
+    timedelta(seconds=1),
+    "Pause after a failed follower fetch.",
+)
+REMOTE_LOG_TASK_INTERVAL_DURATION: ConfigOption[timedelta] = ConfigOption(
+    "remote.log.task-interval-duration",
+    timedelta,
+    timedelta(minutes=1),
+    "How often closed segments are copied to remote storage and expired remote segments deleted.",
+)
+REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS: ConfigOption[int] = ConfigOption(
+    "remote.log.task-max-upload-segments", int, 5, "Most segments one remote-log task uploads per bucket."
+)
+REMOTE_FS_WRITE_BUFFER_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "remote.fs.write-buffer-size", MemorySize, MemorySize(4 << 10), "Buffer size for remote file writes."
+)
+KV_SNAPSHOT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "kv.snapshot.interval",
+    timedelta,
+    timedelta(minutes=10),
+    "How often each kv tablet uploads a snapshot of its RocksDB state.",
+)
+KV_SNAPSHOT_NUM_RETAINED: ConfigOption[int] = ConfigOption(
+    "kv.snapshot.num-retained", int, 2, "Completed kv snapshots kept per bucket (>= 1)."
+)
+KV_ROCKSDB_BLOCK_CACHE_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.rocksdb.block.cache-size", MemorySize, MemorySize(8 << 20), "RocksDB block cache per kv tablet."
+)
+KV_ROCKSDB_WRITEBUFFER_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.rocksdb.writebuffer.size", MemorySize, MemorySize(64 << 20), "RocksDB memtable size."
+)
+KV_ROCKSDB_WRITE_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.rocksdb.write-batch-size", MemorySize, MemorySize(2 << 20), "Bytes buffered per RocksDB write batch."
+)
+KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.recover.log-record-batch.max-size",
+    MemorySize,
+    MemorySize(16 << 20),
+    "Most changelog bytes read per step while a kv tablet replays its changelog.",
+)
+SERVER_WRITER_ID_EXPIRATION_TIME: ConfigOption[timedelta] = ConfigOption(
+    "server.writer-id.expiration-time",
+    timedelta,
+    timedelta(days=7),
+    "Idle time after which a writer id's idempotence state is forgotten.",
+)
+SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.writer-id.expiration-check-interval",
+    timedelta,
+    timedelta(minutes=10),
+    "How often expired writer ids are removed.",
+)
+DATALAKE_ENABLED: ConfigOption[bool] = ConfigOption(
+    "datalake.enabled", bool, None, "Whether tables in this cluster may enable lake tiering."
+)
+DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+    "datalake.format",
+    DataLakeFormat,
+    None,
+    "The cluster's lake format (paimon or iceberg); datalake.<format>.* options configure its catalog.",
+)
+KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
+    "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
+)
+
+SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
+    [
+        DEFAULT_BUCKET_NUMBER,
+        DEFAULT_REPLICATION_FACTOR,
+        BIND_LISTENERS,
+        ADVERTISED_LISTENERS,
+        INTERNAL_LISTENER_NAME,
+        DATA_DIR,
+        REMOTE_DATA_DIR,
+        REMOTE_DATA_DIRS,
+        ZOOKEEPER_ADDRESS,
+        ZOOKEEPER_PATH_ROOT,
+        ZOOKEEPER_SESSION_TIMEOUT,
+        ZOOKEEPER_CONNECTION_TIMEOUT,
+        COORDINATOR_HOST,
+        COORDINATOR_PORT,
+        TABLET_SERVER_HOST,
+        TABLET_SERVER_PORT,
+        TABLET_SERVER_ID,
+        TABLET_SERVER_RACK,
+        TABLET_SERVER_HEARTBEAT_INTERVAL,
+        TABLET_SERVER_SESSION_TIMEOUT,
+        RPC_MAX_FRAME_SIZE,
+        MAX_PARTITION_NUM,
+        MAX_BUCKET_NUM,
+        ALLOW_CREATE_LOG_TABLES,
+        ALLOW_CREATE_KV_TABLES,
+        AUTO_PARTITION_CHECK_INTERVAL,
+        LOG_SEGMENT_FILE_SIZE,
+        LOG_INDEX_FILE_SIZE,
+        LOG_INDEX_INTERVAL_SIZE,
+        LOG_FILE_PREALLOCATE,
+        LOG_FLUSH_INTERVAL_MESSAGES,
+        LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL,
+        LOG_RETENTION_CHECK_INTERVAL,
+        LOG_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL,
+        LOG_REPLICA_MAX_LAG_TIME,
+        LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER,
+        LOG_REPLICA_FETCH_MAX_BYTES,
+        LOG_REPLICA_FETCH_MAX_BYTES_FOR_BUCKET,
+        LOG_REPLICA_FETCH_WAIT_MAX_TIME,
+        LOG_REPLICA_FETCH_MIN_BYTES,
+        LOG_REPLICA_FETCH_BACKOFF_INTERVAL,
+        REMOTE_LOG_TASK_INTERVAL_DURATION,
+        REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS,
+        REMOTE_FS_WRITE_BUFFER_SIZE,
+        KV_SNAPSHOT_INTERVAL,
+        KV_SNAPSHOT_NUM_RETAINED,
+        KV_ROCKSDB_BLOCK_CACHE_SIZE,
+        KV_ROCKSDB_WRITEBUFFER_SIZE,
+        KV_ROCKSDB_WRITE_BATCH_SIZE,
+        KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE,
+        SERVER_WRITER_ID_EXPIRATION_TIME,
+        SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL,
+        DATALAKE_ENABLED,
+        DATALAKE_FORMAT,
+        KAFKA_ENABLED,
+    ]
+)
+
+# ----------------------------------------------------------------------------------- table options
+
+TABLE_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
+    "table.replication.factor",
+    int,
+    None,
+    "Replicas per bucket. Filled from default.replication.factor when the table is created.",
+)
+TABLE_LOG_FORMAT: ConfigOption[LogFormat] = ConfigOption(
+    "table.log.format",
+    LogFormat,
+    LogFormat.ARROW,
+    "Record format of the log: ARROW (columnar; needed for projection pushdown), INDEXED or COMPACTED.",
+)
+TABLE_LOG_ARROW_COMPRESSION_TYPE: ConfigOption[ArrowCompressionType] = ConfigOption(
+    "table.log.arrow.compression.type",
+    ArrowCompressionType,
+    ArrowCompressionType.ZSTD,
+    "Compression of ARROW log batches: NONE, LZ4_FRAME or ZSTD.",
+)
+TABLE_LOG_ARROW_COMPRESSION_ZSTD_LEVEL: ConfigOption[int] = ConfigOption(
+    "table.log.arrow.compression.zstd.level", int, 3, "ZSTD level for ARROW log batches, 1 to 22."
+)
+TABLE_KV_FORMAT: ConfigOption[KvFormat] = ConfigOption(
+    "table.kv.format",
+    KvFormat,
+    KvFormat.COMPACTED,
+    "Row format of primary-key table values: COMPACTED or INDEXED.",
+)
+TABLE_KV_FORMAT_VERSION: ConfigOption[int] = ConfigOption(
+    "table.kv.format-version",
+    int,
+    None,
+    "Version of the key encoding; new primary-key tables get the current version (2) at creation. "
+    "Version 1 encodes keys with the lake format's encoder.",
+)
+TABLE_KV_STANDBY_REPLICA_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.kv.standby-replica.enabled",
+    bool,
+    None,
+    "Whether followers of a primary-key table keep warm kv state for fast leader promotion.",
+)
+TABLE_AUTO_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.auto-partition.enabled",
+    bool,
+    False,
+    "Whether the coordinator creates and expires time partitions of this partitioned table itself.",
+)
+TABLE_AUTO_PARTITION_KEY: ConfigOption[str] = ConfigOption(
+    "table.auto-partition.key",
+    str,
+    None,
+    "The time partition key of an auto-partitioned table with several partition keys.",
+)
+TABLE_AUTO_PARTITION_TIME_UNIT: ConfigOption[AutoPartitionTimeUnit] = ConfigOption(
+    "table.auto-partition.time-unit",
+    AutoPartitionTimeUnit,
+    AutoPartitionTimeUnit.DAY,
+    "One auto partition per YEAR, QUARTER, MONTH, DAY or HOUR.",
+)
+TABLE_AUTO_PARTITION_TIME_FORMAT: ConfigOption[str] = ConfigOption(
+    "table.auto-partition.time-format",
+    str,
+    None,
+    "Date-time pattern of auto partition values; by default yyyy, yyyyQ, yyyyMM, yyyyMMdd or yyyyMMddHH "
+    "according to the time unit.",
+)
+TABLE_AUTO_PARTITION_TIME_ZONE: ConfigOption[str] = ConfigOption(
+    "table.auto-partition.time-zone",
+    str,
+    _system_zone_id(),
+    "Time zone in which auto partition boundaries are computed; the server's zone by default.",
+)
+TABLE_AUTO_PARTITION_NUM_PRECREATE: ConfigOption[int] = ConfigOption(
+    "table.auto-partition.num-precreate", int, 2, "How many future auto partitions to create ahead of time."
+)
+TABLE_AUTO_PARTITION_NUM_RETENTION: ConfigOption[int] = ConfigOption(
+    "table.auto-partition.num-retention",
+    int,
+    7,
+    "How many past auto partitions to keep; older ones are dropped. Negative keeps all.",
+)
+TABLE_LOG_TTL: ConfigOption[timedelta] = ConfigOption(
+    "table.log.ttl",
+    timedelta,
+    timedelta(days=7),
+    "How long log data is kept (locally, or remotely once tiered). 0 keeps it forever.",
+)
+TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta] = ConfigOption(
+    "table.log.local-ttl",
+    timedelta,
+    None,
+    "How long local segments are kept (after they are tiered); inherits table.log.ttl. Must not exceed it.",
+)
+TABLE_TIERED_LOG_LOCAL_SEGMENTS: ConfigOption[int] = ConfigOption(
+    "table.log.tiered.local-segments",
+    int,
+    2,
+    "Segments kept on local disk after they were copied to remote storage (> 0).",
+)
+TABLE_DATALAKE_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.datalake.enabled", bool, False, "Whether the tiering service copies this table into the lake."
+)
+TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.datalake.historical-partition.enabled",
+    bool,
+    False,
+    "Route lookups of expired auto partitions to the lake (auto-partitioned Paimon primary-key tables).",
+)
+TABLE_DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+    "table.datalake.format",
+    DataLakeFormat,
+    None,
+    "The table's lake format; the cluster's datalake.format is stamped on new tables.",
+)
+TABLE_DATALAKE_FRESHNESS: ConfigOption[timedelta] = ConfigOption(
+    "table.datalake.freshness",
+    timedelta,
+    timedelta(minutes=3),
+    "Target lag of the lake copy behind the table.",
+)
+TABLE_DATALAKE_AUTO_COMPACTION: ConfigOption[bool] = ConfigOption(
+    "table.datalake.auto-compaction", bool, False, "Whether tiering also compacts the lake table."
+)
+TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT: ConfigOption[bool] = ConfigOption(
+    "table.datalake.auto-expire-snapshot",
+    bool,
+    False,
+    "Whether tiering commits also expire old lake snapshots.",
+)
+TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
+    "table.merge-engine",
+    MergeEngineType,
+    None,
+    "How an upsert combines with the stored row of a primary-key table: unset keeps the last row; "
+    "FIRST_ROW keeps the first; VERSIONED keeps the row with the highest version column; AGGREGATION "
+    "aggregates per column.",
+)
+TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str] = ConfigOption(
+    "table.merge-engine.versioned.ver-column",
+    str,
+    None,
+    "The version column of the VERSIONED merge engine (INT, BIGINT, TIMESTAMP or TIMESTAMP_LTZ).",
+)
+TABLE_DELETE_BEHAVIOR: ConfigOption[DeleteBehavior] = ConfigOption(
+    "table.delete.behavior",
+    DeleteBehavior,
+    DeleteBehavior.ALLOW,
+    "What a delete on a primary-key table does: ALLOW, IGNORE (drop silently) or DISABLE (reject). "
+    "Tables with a merge engine get IGNORE unless set.",
+)
+TABLE_AUTO_INCREMENT_CACHE_SIZE: ConfigOption[int] = ConfigOption(
+    "table.auto-increment.cache-size",
+    int,
+    100_000,
+    "Auto-increment ids a tablet server reserves at a time.",
+)
+TABLE_CHANGELOG_IMAGE: ConfigOption[ChangelogImage] = ConfigOption(
+    "table.changelog.image",
+    ChangelogImage,
+    ChangelogImage.FULL,
+    "Changelog of a primary-key table: FULL emits -U/+U pairs; WAL emits only +U and may skip reading "
+    "the old row.",
+)
+TABLE_STATISTICS_COLUMNS: ConfigOption[str] = ConfigOption(
+    "table.statistics.columns",
+    str,
+    None,
+    "Columns whose min/max/null counts each log batch carries: '*' or a comma-separated list. Log "
+    "tables only; makes clients write V1 batches.",
+)
+
+TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
+    [
+        TABLE_REPLICATION_FACTOR,
+        TABLE_LOG_FORMAT,
+        TABLE_LOG_ARROW_COMPRESSION_TYPE,
+        TABLE_LOG_ARROW_COMPRESSION_ZSTD_LEVEL,
+        TABLE_KV_FORMAT,
+        TABLE_KV_FORMAT_VERSION,
+        TABLE_KV_STANDBY_REPLICA_ENABLED,
+        TABLE_AUTO_PARTITION_ENABLED,
+        TABLE_AUTO_PARTITION_KEY,
+        TABLE_AUTO_PARTITION_TIME_UNIT,
+        TABLE_AUTO_PARTITION_TIME_FORMAT,
+        TABLE_AUTO_PARTITION_TIME_ZONE,
+        TABLE_AUTO_PARTITION_NUM_PRECREATE,
+        TABLE_AUTO_PARTITION_NUM_RETENTION,
+        TABLE_LOG_TTL,
+        TABLE_LOG_LOCAL_TTL,
+        TABLE_TIERED_LOG_LOCAL_SEGMENTS,
+        TABLE_DATALAKE_ENABLED,
+        TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED,
+        TABLE_DATALAKE_FORMAT,
+        TABLE_DATALAKE_FRESHNESS,
+        TABLE_DATALAKE_AUTO_COMPACTION,
+        TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT,
+        TABLE_MERGE_ENGINE,
+        TABLE_MERGE_ENGINE_VERSION_COLUMN,
+        TABLE_DELETE_BEHAVIOR,
+        TABLE_AUTO_INCREMENT_CACHE_SIZE,
+        TABLE_CHANGELOG_IMAGE,
+        TABLE_STATISTICS_COLUMNS,
+    ]
+)
+
+# Table options that AlterTable may change.
+ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
+    {
+        TABLE_DATALAKE_ENABLED.key,
+        TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED.key,
+        TABLE_DATALAKE_FRESHNESS.key,
+        TABLE_DATALAKE_AUTO_COMPACTION.key,
+        TABLE_LOG_TTL.key,
+        TABLE_TIERED_LOG_LOCAL_SEGMENTS.key,
+        TABLE_LOG_LOCAL_TTL.key,
+        TABLE_AUTO_PARTITION_ENABLED.key,
+        TABLE_AUTO_PARTITION_NUM_RETENTION.key,
+        TABLE_AUTO_PARTITION_NUM_PRECREATE.key,
+        TABLE_STATISTICS_COLUMNS.key,
+        TABLE_KV_STANDBY_REPLICA_ENABLED.key,
+    }
+)
+
+TABLE_PREFIX = "table."
+
+
+def is_table_storage_option(key: str) -> bool:
+    """Keys under ``table.`` belong to Fluss; anything else must go into custom properties."""
+    return key.startswith(TABLE_PREFIX)
+
+
+# ----------------------------------------------------------------------------------- client options
+
+CLIENT_WRITER_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.batch-size", MemorySize, MemorySize(2 << 20), "Target size of one write batch per bucket."
+)
+CLIENT_WRITER_BATCH_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "client.writer.batch-timeout",
+    timedelta,
+    timedelta(milliseconds=100),
+    "Longest a non-full batch waits before it is sent.",
+)
+CLIENT_WRITER_BUFFER_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.buffer.memory-size",
+    MemorySize,
+    MemorySize(64 << 20),
+    "Memory for batches waiting to be sent; writers block when it is full.",
+)
+CLIENT_WRITER_ACKS: ConfigOption[str] = ConfigOption(
+    "client.writer.acks", str, "all", "Acknowledgements a write waits for: 0, 1 or all (-1)."
+)
+CLIENT_WRITER_REQUEST_MAX_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.request-max-size", MemorySize, MemorySize(10 << 20), "Largest produce request sent."
+)
+CLIENT_WRITER_RETRIES: ConfigOption[int] = ConfigOption(
+    "client.writer.retries", int, (1 << 31) - 1, "Retries of a failed batch with a retriable error."
+)
+CLIENT_WRITER_ENABLE_IDEMPOTENCE: ConfigOption[bool] = ConfigOption(
+    "client.writer.enable-idempotence",
+    bool,
+    True,
+    "Writer ids and batch sequences so retried batches are not written twice.",
+)
+CLIENT_WRITER_MAX_INFLIGHT_REQUESTS_PER_BUCKET: ConfigOption[int] = ConfigOption(
+    "client.writer.max-inflight-requests-per-bucket",
+    int,
+    5,
+    "Unacknowledged batches per bucket with idempotence on.",
+)
+CLIENT_WRITER_BUCKET_NO_KEY_ASSIGNER: ConfigOption[NoKeyAssigner] = ConfigOption(
+    "client.writer.bucket.no-key-assigner",
+    NoKeyAssigner,
+    NoKeyAssigner.STICKY,
+    "Bucket choice for tables without a bucket key: STICKY or ROUND_ROBIN.",
+)
+CLIENT_REQUEST_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "client.request-timeout", timedelta, timedelta(seconds=30), "Timeout of one client request."
+)
+CLIENT_CONNECT_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "client.connect-timeout", timedelta, timedelta(seconds=120), "Timeout for opening a connection."
+)
+CLIENT_SCANNER_LOG_MAX_POLL_RECORDS: ConfigOption[int] = ConfigOption(
+    "client.scanner.log.max-poll-records", int, 500, "Most records one poll returns."
+)
+CLIENT_SCANNER_LOG_FETCH_MAX_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "client.scanner.log.fetch.max-bytes", MemorySize, MemorySize(16 << 20), "Most bytes one fetch returns."
+)
+CLIENT_SCANNER_LOG_FETCH_MAX_BYTES_FOR_BUCKET: ConfigOption[MemorySize] = ConfigOption(
+    "client.scanner.log.fetch.max-bytes-for-bucket",
+    MemorySize,
+    MemorySize(1 << 20),
+    "Most bytes one fetch returns per bucket.",
+)
+CLIENT_SCANNER_LOG_FETCH_WAIT_MAX_TIME: ConfigOption[timedelta] = ConfigOption(
+    "client.scanner.log.fetch.wait-max-time",
+    timedelta,
+    timedelta(milliseconds=500),
+    "Longest the server holds a fetch waiting for data.",
+)
+CLIENT_SCANNER_LOG_FETCH_MIN_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "client.scanner.log.fetch.min-bytes", MemorySize, MemorySize(1), "Bytes a fetch waits for."
+)
+CLIENT_LOOKUP_MAX_BATCH_SIZE: ConfigOption[int] = ConfigOption(
+    "client.lookup.max-batch-size", int, 128, "Most keys per lookup request."
+)
+CLIENT_LOOKUP_BATCH_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "client.lookup.batch-timeout",
+    timedelta,
+    timedelta(milliseconds=100),
+    "Longest a lookup waits to be batched with others.",
+)
+
+CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
+    [
+        CLIENT_WRITER_BATCH_SIZE,
+        CLIENT_WRITER_BATCH_TIMEOUT,
+        CLIENT_WRITER_BUFFER_MEMORY_SIZE,
+        CLIENT_WRITER_ACKS,
+        CLIENT_WRITER_REQUEST_MAX_SIZE,
+        CLIENT_WRITER_RETRIES,
+        CLIENT_WRITER_ENABLE_IDEMPOTENCE,
+        CLIENT_WRITER_MAX_INFLIGHT_REQUESTS_PER_BUCKET,
+        CLIENT_WRITER_BUCKET_NO_KEY_ASSIGNER,
+        CLIENT_REQUEST_TIMEOUT,
+        CLIENT_CONNECT_TIMEOUT,
+        CLIENT_SCANNER_LOG_MAX_POLL_RECORDS,
+        CLIENT_SCANNER_LOG_FETCH_MAX_BYTES,
+        CLIENT_SCANNER_LOG_FETCH_MAX_BYTES_FOR_BUCKET,
+        CLIENT_SCANNER_LOG_FETCH_WAIT_MAX_TIME,
+        CLIENT_SCANNER_LOG_FETCH_MIN_BYTES,
+        CLIENT_LOOKUP_MAX_BATCH_SIZE,
+        CLIENT_LOOKUP_BATCH_TIMEOUT,
+    ]
+)
+
+# ----------------------------------------------------------------------------------- connector options
+# Set in Spark TBLPROPERTIES / DDL; the connector turns them into the table descriptor's
+# distribution and primary key. They are never stored as table properties.
+
+BUCKET_NUM: ConfigOption[int] = ConfigOption(
+    "bucket.num", int, None, "Number of buckets; the cluster's default.bucket.number when unset."
+)
+BUCKET_KEY: ConfigOption[list[str]] = ConfigOption(
+    "bucket.key",
+    list,
+    None,
+    "Comma-separated bucket key columns; defaults to the primary key minus partition keys.",
+)
+PRIMARY_KEY: ConfigOption[list[str]] = ConfigOption(
+    "primary.key", list, None, "Comma-separated primary key columns (Spark DDL has no PRIMARY KEY clause)."
+)
+
+CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY, PRIMARY_KEY])

@@ -1,0 +1,470 @@
+"""The coordinator's admin API: databases, tables, partitions, schemas and cluster metadata.
+
+Every request is validated before anything is written, and every write is one store transaction, so
+a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from strom.common import config as options
+from strom.common.config import Configuration
+from strom.common.errors import (
+    DatabaseAlreadyExistError,
+    DatabaseNotEmptyError,
+    DatabaseNotExistError,
+    InvalidDatabaseError,
+    KvSnapshotNotExistError,
+    LakeSnapshotNotExistError,
+    NonPrimaryKeyTableError,
+    PartitionAlreadyExistsError,
+    PartitionNotExistError,
+    SchemaNotExistError,
+    TableAlreadyExistError,
+    TableNotExistError,
+    TableNotPartitionedError,
+    TooManyPartitionsError,
+)
+from strom.common.partition import (
+    PARTITION_SEPARATOR,
+    parse_partition_name,
+    validate_partition_spec,
+)
+from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor
+from strom.common.table_path import DEFAULT_DATABASE_NAME, TablePath, validate_database_name
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.coordinator.controller import Controller, assign_replicas
+from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.table_validation import (
+    apply_table_defaults,
+    parse_table_descriptor,
+    validate_table_descriptor,
+)
+from strom.server.store.base import (
+    BucketAssignment,
+    DatabaseRecord,
+    MetadataStore,
+    PartitionRecord,
+    TableRecord,
+)
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def table_path_of(message: Any) -> TablePath:
+    path = TablePath(message.database_name, message.table_name)
+    path.validate()
+    return path
+
+
+class MetadataService:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: Configuration,
+        membership: Membership,
+        controller: Controller,
+        coordinator_node: pb.PbServerNode,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.membership = membership
+        self.controller = controller
+        self.coordinator_node = coordinator_node
+
+    # ---- lookups shared by the handlers
+
+    def _database(self, name: str) -> DatabaseRecord:
+        record = self.store.get_database(name)
+        if record is None:
+            raise DatabaseNotExistError(f"Database '{name}' does not exist.")
+        return record
+
+    def _table(self, path: TablePath) -> TableRecord:
+        record = self.store.get_table(path.database_name, path.table_name)
+        if record is None:
+            raise TableNotExistError(f"Table '{path}' does not exist.")
+        return record
+
+    @staticmethod
+    def _descriptor(record: TableRecord) -> TableDescriptor:
+        return TableDescriptor.from_json_bytes(record.table_json)
+
+    def ensure_default_database(self) -> None:
+        name = DEFAULT_DATABASE_NAME
+        if self.store.get_database(name) is None:
+            created = now_ms()
+            self.store.create_database(
+                DatabaseRecord(name, DatabaseDescriptor().to_json_bytes(), created, created)
+            )
+
+    # ---- databases
+
+    async def create_database(
+        self, request: pb.CreateDatabaseRequest, ctx: object
+    ) -> pb.CreateDatabaseResponse:
+        name = request.database_name
+        validate_database_name(name)
+        if request.HasField("database_json") and request.database_json:
+            try:
+                descriptor = DatabaseDescriptor.from_json(json.loads(request.database_json))
+            except (ValueError, TypeError, KeyError) as e:
+                raise InvalidDatabaseError(f"Invalid database descriptor for '{name}': {e}") from None
+        else:
+            descriptor = DatabaseDescriptor()
+        if self.store.get_database(name) is not None:
+            if request.ignore_if_exists:
+                return pb.CreateDatabaseResponse()
+            raise DatabaseAlreadyExistError(f"Database '{name}' already exists.")
+        created = now_ms()
+        self.store.create_database(DatabaseRecord(name, descriptor.to_json_bytes(), created, created))
+        log.info("created database %s", name)
+        return pb.CreateDatabaseResponse()
+
+    async def drop_database(self, request: pb.DropDatabaseRequest, ctx: object) -> pb.DropDatabaseResponse:
+        name = request.database_name
+        if self.store.get_database(name) is None:
+            if request.ignore_if_not_exists:
+                return pb.DropDatabaseResponse()
+            raise DatabaseNotExistError(f"Database '{name}' does not exist.")
+        tables = self.store.list_tables(name)
+        if tables and not request.cascade:
+            raise DatabaseNotEmptyError(
+                f"Database '{name}' is not empty: it has {len(tables)} table(s); drop them first "
+                "or use cascade."
+            )
+        dropped: list[BucketAssignment] = []
+        with self.store.transaction():
+            for table in tables:
+                dropped += self.store.list_buckets(table.table_id)
+                self.store.drop_table(table.table_id)
+            self.store.drop_database(name)
+        await self.controller.stop_replicas(dropped, delete=True)
+        log.info("dropped database %s (%d tables)", name, len(tables))
+        return pb.DropDatabaseResponse()
+
+    async def list_databases(self, request: pb.ListDatabasesRequest, ctx: object) -> pb.ListDatabasesResponse:
+        response = pb.ListDatabasesResponse()
+        records = self.store.list_databases()
+        if request.HasField("include_summary") and request.include_summary:
+            counts: dict[str, int] = {}
+            for table in self.store.list_tables():
+                counts[table.database] = counts.get(table.database, 0) + 1
+            for r in records:
+                response.database_summary.add(
+                    database_name=r.name, created_time=r.created_time, table_count=counts.get(r.name, 0)
+                )
+        else:
+            response.database_name.extend(r.name for r in records)
+        return response
+
+    async def database_exists(
+        self, request: pb.DatabaseExistsRequest, ctx: object
+    ) -> pb.DatabaseExistsResponse:
+        return pb.DatabaseExistsResponse(exists=self.store.get_database(request.database_name) is not None)
+
+    async def get_database_info(
+        self, request: pb.GetDatabaseInfoRequest, ctx: object
+    ) -> pb.GetDatabaseInfoResponse:
+        record = self._database(request.database_name)
+        return pb.GetDatabaseInfoResponse(
+            database_json=record.database_json,
+            created_time=record.created_time,
+            modified_time=record.modified_time,
+        )
+
+    # ---- tables
+
+    async def create_table(self, request: pb.CreateTableRequest, ctx: object) -> pb.CreateTableResponse:
+        path = table_path_of(request.table_path)
+        self._database(path.database_name)
+        descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
+        validate_table_descriptor(
+            descriptor,
+            self.config.get(options.MAX_BUCKET_NUM),
+            self.config.get_optional(options.DATALAKE_FORMAT),
+        )
+        if self.store.get_table(path.database_name, path.table_name) is not None:
+            if request.ignore_if_exists:
+                return pb.CreateTableResponse()
+            raise TableAlreadyExistError(f"Table '{path}' already exists.")
+        replication_factor = descriptor.replication_factor()
+        bucket_count = descriptor.bucket_count
+        assert bucket_count is not None  # filled by apply_table_defaults
+        live = self.membership.live_ids()
+        # placement is checked even for partitioned tables, whose buckets come with their partitions
+        assignments = assign_replicas(-1, None, bucket_count, replication_factor, live)
+        table_id = self.store.next_id("table")
+        created = now_ms()
+        record = TableRecord(
+            table_id, path.database_name, path.table_name, 1, descriptor.to_json_bytes(), created, created
+        )
+        schema_json = descriptor.schema.to_json_bytes()
+        with self.store.transaction():
+            self.store.create_table(record, schema_json)
+            if not descriptor.is_partitioned:
+                assignments = [_with_table(a, table_id, None) for a in assignments]
+                self.store.put_buckets(assignments)
+            else:
+                assignments = []
+        log.info("created table %s (id %d, %d buckets)", path, table_id, bucket_count)
+        await self.controller.notify_leadership(assignments)
+        return pb.CreateTableResponse()
+
+    async def drop_table(self, request: pb.DropTableRequest, ctx: object) -> pb.DropTableResponse:
+        path = table_path_of(request.table_path)
+        record = self.store.get_table(path.database_name, path.table_name)
+        if record is None:
+            if request.ignore_if_not_exists:
+                return pb.DropTableResponse()
+            raise TableNotExistError(f"Table '{path}' does not exist.")
+        buckets = self.store.list_buckets(record.table_id)
+        self.store.drop_table(record.table_id)
+        await self.controller.stop_replicas(buckets, delete=True)
+        log.info("dropped table %s (id %d)", path, record.table_id)
+        return pb.DropTableResponse()
+
+    async def list_tables(self, request: pb.ListTablesRequest, ctx: object) -> pb.ListTablesResponse:
+        self._database(request.database_name)
+        return pb.ListTablesResponse(
+            table_name=[t.name for t in self.store.list_tables(request.database_name)]
+        )
+
+    async def table_exists(self, request: pb.TableExistsRequest, ctx: object) -> pb.TableExistsResponse:
+        path = TablePath(request.table_path.database_name, request.table_path.table_name)
+        return pb.TableExistsResponse(
+            exists=self.store.get_table(path.database_name, path.table_name) is not None
+        )
+
+    async def get_table_info(self, request: pb.GetTableInfoRequest, ctx: object) -> pb.GetTableInfoResponse:
+        record = self._table(table_path_of(request.table_path))
+        return pb.GetTableInfoResponse(
+            table_id=record.table_id,
+            schema_id=record.schema_id,
+            table_json=record.table_json,
+            created_time=record.created_time,
+            modified_time=record.modified_time,
+        )
+
+    async def get_table_schema(
+        self, request: pb.GetTableSchemaRequest, ctx: object
+    ) -> pb.GetTableSchemaResponse:
+        path = table_path_of(request.table_path)
+        record = self._table(path)
+        schema_id = request.schema_id if request.HasField("schema_id") else record.schema_id
+        schema_json = self.store.get_schema(record.table_id, schema_id)
+        if schema_json is None:
+            raise SchemaNotExistError(f"Schema {schema_id} of table '{path}' does not exist.")
+        return pb.GetTableSchemaResponse(schema_id=schema_id, schema_json=schema_json)
+
+    # ---- partitions
+
+    def _partitioned_table(self, path: TablePath) -> tuple[TableRecord, TableDescriptor]:
+        record = self._table(path)
+        descriptor = self._descriptor(record)
+        if not descriptor.is_partitioned:
+            raise TableNotPartitionedError(f"Table '{path}' is not partitioned.")
+        return record, descriptor
+
+    async def list_partition_infos(
+        self, request: pb.ListPartitionInfosRequest, ctx: object
+    ) -> pb.ListPartitionInfosResponse:
+        path = table_path_of(request.table_path)
+        record, descriptor = self._partitioned_table(path)
+        wanted = (
+            {kv.key: kv.value for kv in request.partial_partition_spec.partition_key_values}
+            if request.HasField("partial_partition_spec")
+            else {}
+        )
+        unknown = set(wanted) - set(descriptor.partition_keys)
+        if unknown:
+            from strom.common.errors import PartitionSpecInvalidError
+
+            raise PartitionSpecInvalidError(
+                f"{sorted(unknown)} are not partition keys of '{path}' "
+                f"(partition keys: {descriptor.partition_keys})"
+            )
+        response = pb.ListPartitionInfosResponse()
+        for partition in self.store.list_partitions(record.table_id):
+            spec = parse_partition_name(descriptor.partition_keys, partition.name)
+            if any(spec.get(k) != v for k, v in wanted.items()):
+                continue
+            info = response.partitions_info.add(partition_id=partition.partition_id)
+            for key in descriptor.partition_keys:
+                info.partition_spec.partition_key_values.add(key=key, value=spec[key])
+        return response
+
+    async def create_partition(
+        self, request: pb.CreatePartitionRequest, ctx: object
+    ) -> pb.CreatePartitionResponse:
+        path = table_path_of(request.table_path)
+        record, descriptor = self._partitioned_table(path)
+        spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
+        name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, True))
+        if self.store.get_partition(record.table_id, name) is not None:
+            if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message
+                return pb.CreatePartitionResponse()
+            raise PartitionAlreadyExistsError(f"Partition '{name}' of table '{path}' already exists.")
+        await self.add_partition(record, descriptor, name)
+        return pb.CreatePartitionResponse()
+
+    async def add_partition(self, record: TableRecord, descriptor: TableDescriptor, name: str) -> int:
+        """Creates a partition with its buckets (used by CreatePartition and auto-partitioning)."""
+        max_partitions = self.config.get(options.MAX_PARTITION_NUM)
+        existing = self.store.list_partitions(record.table_id)
+        if max_partitions is not None and len(existing) >= max_partitions:
+            raise TooManyPartitionsError(
+                f"Table '{record.database}.{record.name}' already has {len(existing)} partitions, the "
+                f"maximum (max.partition.num = {max_partitions})."
+            )
+        replication_factor = descriptor.replication_factor()
+        assert descriptor.bucket_count is not None
+        partition_id = self.store.next_id("partition")
+        assignments = assign_replicas(
+            record.table_id,
+            partition_id,
+            descriptor.bucket_count,
+            replication_factor,
+            self.membership.live_ids(),
+        )
+        with self.store.transaction():
+            self.store.create_partition(PartitionRecord(partition_id, record.table_id, name, now_ms()))
+            self.store.put_buckets(assignments)
+        log.info("created partition %s of %s.%s (id %d)", name, record.database, record.name, partition_id)
+        await self.controller.notify_leadership(assignments)
+        return partition_id
+
+    async def drop_partition(self, request: pb.DropPartitionRequest, ctx: object) -> pb.DropPartitionResponse:
+        path = table_path_of(request.table_path)
+        record, descriptor = self._partitioned_table(path)
+        spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
+        name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, False))
+        partition = self.store.get_partition(record.table_id, name)
+        if partition is None:
+            if request.ignore_if_not_exists:
+                return pb.DropPartitionResponse()
+            raise PartitionNotExistError(f"Partition '{name}' of table '{path}' does not exist.")
+        buckets = [
+            b for b in self.store.list_buckets(record.table_id) if b.partition_id == partition.partition_id
+        ]
+        self.store.drop_partition(partition.partition_id)
+        await self.controller.stop_replicas(buckets, delete=True)
+        log.info("dropped partition %s of %s", name, path)
+        return pb.DropPartitionResponse()
+
+    # ---- metadata
+
+    def _bucket_metadata(self, target: Any, assignments: list[BucketAssignment]) -> None:
+        for a in sorted(assignments, key=lambda a: a.bucket_id):
+            bucket = target.add(bucket_id=a.bucket_id, replica_id=a.replicas, leader_epoch=a.leader_epoch)
+            if a.leader is not None:
+                bucket.leader_id = a.leader
+
+    def _table_metadata(self, target: Any, record: TableRecord) -> None:
+        meta = target.add(
+            table_id=record.table_id,
+            schema_id=record.schema_id,
+            table_json=record.table_json,
+            created_time=record.created_time,
+            modified_time=record.modified_time,
+        )
+        meta.table_path.database_name = record.database
+        meta.table_path.table_name = record.name
+        self._bucket_metadata(
+            meta.bucket_metadata,
+            [b for b in self.store.list_buckets(record.table_id) if b.partition_id is None],
+        )
+
+    def _partition_metadata(self, target: Any, partition: PartitionRecord) -> None:
+        meta = target.add(
+            table_id=partition.table_id, partition_name=partition.name, partition_id=partition.partition_id
+        )
+        self._bucket_metadata(
+            meta.bucket_metadata,
+            [
+                b
+                for b in self.store.list_buckets(partition.table_id)
+                if b.partition_id == partition.partition_id
+            ],
+        )
+
+    async def metadata(self, request: pb.MetadataRequest, ctx: object) -> pb.MetadataResponse:
+        response = pb.MetadataResponse()
+        response.coordinator_server.CopyFrom(self.coordinator_node)
+        for server in sorted(self.membership.servers.values(), key=lambda s: s.server_id):
+            response.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
+        for path_message in request.table_path:
+            self._table_metadata(response.table_metadata, self._table(table_path_of(path_message)))
+        for physical in request.partitions_path:
+            path = TablePath(physical.database_name, physical.table_name)
+            record = self._table(path)
+            partition = self.store.get_partition(record.table_id, physical.partition_name)
+            if partition is None:
+                raise PartitionNotExistError(
+                    f"Partition '{physical.partition_name}' of table '{path}' does not exist."
+                )
+            self._partition_metadata(response.partition_metadata, partition)
+        for partition_id in request.partitions_id:
+            partition = self.store.get_partition_by_id(partition_id)
+            if partition is None:
+                raise PartitionNotExistError(f"Partition with id {partition_id} does not exist.")
+            self._partition_metadata(response.partition_metadata, partition)
+        return response
+
+    # ---- snapshots (lake tiering and KV snapshots fill these in later issues)
+
+    async def get_lake_snapshot(
+        self, request: pb.GetLakeSnapshotRequest, ctx: object
+    ) -> pb.GetLakeSnapshotResponse:
+        path = table_path_of(request.table_path)
+        record = self._table(path)
+        raise LakeSnapshotNotExistError(f"Table '{path}' (id {record.table_id}) has no lake snapshot yet.")
+
+    async def get_latest_kv_snapshots(
+        self, request: pb.GetLatestKvSnapshotsRequest, ctx: object
+    ) -> pb.GetLatestKvSnapshotsResponse:
+        path = table_path_of(request.table_path)
+        record = self._table(path)
+        descriptor = self._descriptor(record)
+        if not descriptor.has_primary_key:
+            raise NonPrimaryKeyTableError(f"Table '{path}' is not a primary-key table.")
+        response = pb.GetLatestKvSnapshotsResponse(table_id=record.table_id)
+        partition_id = None
+        if request.HasField("partition_name"):
+            partition = self.store.get_partition(record.table_id, request.partition_name)
+            if partition is None:
+                raise PartitionNotExistError(
+                    f"Partition '{request.partition_name}' of '{path}' does not exist."
+                )
+            partition_id = partition.partition_id
+            response.partition_id = partition_id
+        for bucket in range(descriptor.bucket_count or 0):
+            response.latest_snapshots.add(bucket_id=bucket)
+        return response
+
+    async def get_kv_snapshot_metadata(
+        self, request: pb.GetKvSnapshotMetadataRequest, ctx: object
+    ) -> pb.GetKvSnapshotMetadataResponse:
+        raise KvSnapshotNotExistError(
+            f"Snapshot {request.snapshot_id} of bucket {request.bucket_id} of table {request.table_id} "
+            "does not exist."
+        )
+
+    async def get_security_token(
+        self, request: pb.GetFileSystemSecurityTokenRequest, ctx: object
+    ) -> pb.GetFileSystemSecurityTokenResponse:
+        return pb.GetFileSystemSecurityTokenResponse(schema="file", token=b"")
+
+
+def _with_table(a: BucketAssignment, table_id: int, partition_id: int | None) -> BucketAssignment:
+    return BucketAssignment(
+        table_id, partition_id, a.bucket_id, a.replicas, a.leader, a.leader_epoch, a.isr, a.bucket_epoch
+    )

@@ -1,0 +1,147 @@
+"""The coordinator server: owns the metadata, tracks tablet servers and decides bucket leadership."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from strom.common import config as options
+from strom.common.config import Configuration
+from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.client import ConnectionPool
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.coordinator.controller import Controller
+from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.store.sqlite import SqliteMetadataStore
+
+log = logging.getLogger(__name__)
+
+COORDINATOR_ID = 0
+
+
+class CoordinatorServer:
+    def __init__(self, *, host: str, port: int, data_dir: Path, config: dict[str, str]) -> None:
+        self.host = host
+        self.data_dir = data_dir
+        self.config = Configuration(config)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SqliteMetadataStore(data_dir / "metadata.db")
+        self.coordinator_epoch = self.store.bump_coordinator_epoch()
+        session_timeout = self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds()
+        self.membership = Membership(session_timeout)
+        self.pool = ConnectionPool()
+        self._requested_port = port
+        self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
+        self.controller = Controller(
+            self.store, self.membership, self.pool, self.coordinator_epoch, self.node
+        )
+        self.metadata = MetadataService(self.store, self.config, self.membership, self.controller, self.node)
+        self.metadata.ensure_default_database()
+        m = self.metadata
+        handlers: dict[ApiKey, Handler] = {
+            ApiKey.CREATE_DATABASE: m.create_database,
+            ApiKey.DROP_DATABASE: m.drop_database,
+            ApiKey.LIST_DATABASES: m.list_databases,
+            ApiKey.DATABASE_EXISTS: m.database_exists,
+            ApiKey.GET_DATABASE_INFO: m.get_database_info,
+            ApiKey.CREATE_TABLE: m.create_table,
+            ApiKey.DROP_TABLE: m.drop_table,
+            ApiKey.GET_TABLE_INFO: m.get_table_info,
+            ApiKey.LIST_TABLES: m.list_tables,
+            ApiKey.TABLE_EXISTS: m.table_exists,
+            ApiKey.GET_TABLE_SCHEMA: m.get_table_schema,
+            ApiKey.LIST_PARTITION_INFOS: m.list_partition_infos,
+            ApiKey.CREATE_PARTITION: m.create_partition,
+            ApiKey.DROP_PARTITION: m.drop_partition,
+            ApiKey.GET_METADATA: m.metadata,
+            ApiKey.GET_LAKE_SNAPSHOT: m.get_lake_snapshot,
+            ApiKey.GET_LATEST_KV_SNAPSHOTS: m.get_latest_kv_snapshots,
+            ApiKey.GET_KV_SNAPSHOT_METADATA: m.get_kv_snapshot_metadata,
+            ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
+            ApiKey.REGISTER_TABLET_SERVER: self._register_tablet_server,
+            ApiKey.TABLET_SERVER_HEARTBEAT: self._tablet_server_heartbeat,
+        }
+        self.rpc = RpcServer(
+            name="coordinator",
+            host=host,
+            port=port,
+            handlers=handlers,
+            server_type=ServerType.COORDINATOR,
+            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def port(self) -> int:
+        return self.rpc.port
+
+    async def start(self) -> None:
+        await self.rpc.start()
+        self.node.port = self.rpc.port
+        self._tasks.append(asyncio.create_task(self._expiry_loop(), name="session-expiry"))
+        self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
+        log.info("coordinator started (epoch %d) on %s:%d", self.coordinator_epoch, self.host, self.port)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.rpc.close()
+        await self.pool.close()
+        self.store.close()
+
+    # ---- membership
+
+    async def _register_tablet_server(
+        self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
+    ) -> internal.RegisterTabletServerResponse:
+        server, replaced = self.membership.register(
+            request.server_id, request.host, request.port, request.rack if request.HasField("rack") else None
+        )
+        log.info(
+            "tablet server %d registered at %s:%d%s",
+            server.server_id,
+            server.host,
+            server.port,
+            " (restarted)" if replaced else "",
+        )
+        asyncio.get_running_loop().create_task(self.controller.on_server_registered(server.server_id))
+        return internal.RegisterTabletServerResponse(
+            coordinator_epoch=self.coordinator_epoch,
+            session_id=server.session_id,
+            session_timeout_ms=int(self.membership.session_timeout * 1000),
+        )
+
+    async def _tablet_server_heartbeat(
+        self, request: internal.TabletServerHeartbeatRequest, ctx: RequestContext
+    ) -> internal.TabletServerHeartbeatResponse:
+        valid = self.membership.heartbeat(request.server_id, request.session_id)
+        return internal.TabletServerHeartbeatResponse(
+            session_valid=valid, coordinator_epoch=self.coordinator_epoch
+        )
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.membership.session_timeout / 4))
+            expired = self.membership.expire()
+            if expired:
+                for server in expired:
+                    log.warning(
+                        "tablet server %d missed heartbeats for %.1fs: declared dead",
+                        server.server_id,
+                        self.membership.session_timeout,
+                    )
+                await self.controller.on_servers_dead({s.server_id for s in expired})
+
+    async def _startup_grace(self) -> None:
+        """After a restart, leaders recorded for servers that never came back are moved elsewhere."""
+        await asyncio.sleep(self.membership.session_timeout)
+        recorded = {b.leader for b in self.store.list_buckets() if b.leader is not None}
+        missing = recorded - set(self.membership.servers)
+        if missing:
+            log.warning("tablet servers %s did not re-register after the restart", sorted(missing))
+            await self.controller.on_servers_dead(missing)

@@ -1,0 +1,155 @@
+"""Starts server processes: the pieces behind `strom local` and the cluster test fixtures.
+
+Each server runs in its own OS process (`python -m strom <role> ...`) so that tests and users can kill
+one for real. The launcher picks free loopback ports, waits until each server answers, and stops them
+with SIGTERM (SIGKILL after a grace period).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from strom.common.errors import FlussError
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+COORDINATOR = "coordinator"
+TABLET_SERVER = "tablet-server"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    role: str
+    server_id: int
+    host: str
+    port: int
+    data_dir: Path
+    config: dict[str, str]
+    coordinator: str | None = None  # host:port, for tablet servers
+    log_path: Path | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def command(self) -> list[str]:
+        args = [
+            sys.executable,
+            "-m",
+            "strom",
+            self.role,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        if self.role == TABLET_SERVER:
+            args += ["--server-id", str(self.server_id), "--coordinator", self.coordinator or ""]
+        for key, value in self.config.items():
+            args += ["--config", f"{key}={value}"]
+        return args
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_path or self.data_dir / f"{self.role}-{self.server_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log_file:
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C in a terminal reaches only the launcher, which stops us
+            )
+
+    def is_alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case."""
+        if self.process is not None and self.is_alive():
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, then SIGKILL if the server does not exit in time."""
+        if self.process is None or not self.is_alive():
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+async def wait_until_serving(server: ServerProcess, timeout: float = 30.0) -> None:
+    """Until the server answers ApiVersions (or its process died)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not server.is_alive():
+            raise RuntimeError(
+                f"{server.role} {server.server_id} exited with code "
+                f"{server.process.returncode if server.process else '?'}; see {server.log_path}"
+            )
+        try:
+            connection = await RpcConnection.connect(server.host, server.port, connect_timeout=2)
+            connection.close()
+            return
+        except FlussError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{server.role} {server.server_id} not serving on {server.address}"
+                ) from None
+            await asyncio.sleep(0.1)
+
+
+async def wait_for_tablet_servers(coordinator: ServerProcess, ids: set[int], timeout: float = 30.0) -> None:
+    """Until the coordinator's metadata lists exactly the given tablet servers as alive."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connection = await RpcConnection.connect(coordinator.host, coordinator.port, connect_timeout=2)
+            try:
+                response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
+            finally:
+                connection.close()
+            if {s.node_id for s in response.tablet_servers} == ids:
+                return
+        except FlussError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"tablet servers {sorted(ids)} did not all register with the coordinator")
+        await asyncio.sleep(0.1)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,737 @@
+"""The log of one table bucket replica: segments, offsets, high watermark, writer state, recovery.
+
+Kafka's design as Fluss uses it. The directory holds the segments (see segment.py), writer-state
+snapshots, and three checkpoints: the recovery point (everything below it was fsynced), the log start
+offset and the high watermark. `close()` leaves a `clean-shutdown` marker; `open()` without one
+re-validates (CRC) every segment from the one holding the recovery point on, cuts a torn or corrupt
+tail, deletes any segment after it, and rebuilds the indexes and the writer state.
+
+Threading: a LogTablet is not thread-safe. Its owner (the replica, on the server's asyncio loop)
+serializes all calls on one tablet. Calls never block on more than local file I/O; the fsync of a
+rolled segment runs on a background thread (background_flush.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.common.errors import (
+    CorruptRecordError,
+    LogOffsetOutOfRangeError,
+    LogStorageError,
+    RecordTooLargeError,
+)
+from strom.record.log_batch import (
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    NO_WRITER_ID,
+    LogBatchHeader,
+    crc_is_valid,
+    patch_offset_and_timestamp,
+    read_header,
+)
+from strom.server.tablet.log.background_flush import submit_fsync
+from strom.server.tablet.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from strom.server.tablet.log.log_config import LogConfig
+from strom.server.tablet.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    BatchPlacement,
+    LogSegment,
+    SegmentInfo,
+    fsync_path,
+    offset_from_file_name,
+    segment_file_name,
+)
+from strom.server.tablet.log.writer_state import WriterStateManager, snapshot_path
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "HIGH_WATERMARK_FILE",
+    "LOG_START_OFFSET_FILE",
+    "RECOVERY_POINT_FILE",
+    "AppendResult",
+    "FetchResult",
+    "LogTablet",
+]
+
+_log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = "clean-shutdown"
+RECOVERY_POINT_FILE = "recovery-point.checkpoint"
+LOG_START_OFFSET_FILE = "log-start-offset.checkpoint"
+HIGH_WATERMARK_FILE = "high-watermark.checkpoint"
+
+_LENGTH = struct.Struct("<i")
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed. For a duplicate, the placement of the original batch."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int  # the commit timestamp given to the batches (-1 for an empty append)
+    record_count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """Whole stored batches, the first one holding the fetch offset, plus the log's offsets."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class LogTablet:
+    """An append-only, segmented log of Fluss record batches. Use `LogTablet.open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: Callable[[], int],
+        segments: list[LogSegment],
+        writers: WriterStateManager,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._now_ms = now_ms
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._writers = writers
+        self.log_start_offset = segments[0].base_offset
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self._max_timestamp = max(s.max_timestamp for s in segments)
+        # Background fsyncs of rolled segments: (generation, recovery point once done, future).
+        # A truncation bumps the generation so results about since-removed data are ignored.
+        self._pending_flushes: list[tuple[int, int, Future[None]]] = []
+        self._generation = 0
+        self._closed = False
+
+    # ---- opening and recovery --------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls, directory: Path, config: LogConfig, *, now_ms: Callable[[], int] = _wall_clock_ms
+    ) -> LogTablet:
+        """Load (and if needed recover) the log in `directory`, creating it when absent."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        clean_marker = directory / CLEAN_SHUTDOWN_FILE
+        clean = clean_marker.exists()
+        recovery_point = read_offset_checkpoint(directory / RECOVERY_POINT_FILE) or 0
+        start_checkpoint = read_offset_checkpoint(directory / LOG_START_OFFSET_FILE)
+        hw_checkpoint = read_offset_checkpoint(directory / HIGH_WATERMARK_FILE)
+
+        segments = cls._load_segments(directory, config, clean, recovery_point)
+        if not segments:
+            segments = [LogSegment.create(directory, start_checkpoint or 0, config)]
+        # From here on a crash must look unclean: the marker goes before anything is written.
+        if clean:
+            clean_marker.unlink()
+            fsync_path(directory)
+
+        writers = WriterStateManager(directory, config.writer_expiration_ms)
+        tablet = cls(directory, config, now_ms, segments, writers)
+        leo = tablet.log_end_offset
+        first_base = segments[0].base_offset
+        tablet.log_start_offset = min(max(start_checkpoint or 0, first_base), leo)
+        tablet.high_watermark = min(max(hw_checkpoint or 0, tablet.log_start_offset), leo)
+        tablet.recovery_point = leo if clean else min(recovery_point, leo)
+        tablet._rebuild_writer_state(leo)
+        writers.delete_snapshots_below(first_base)
+        writers.take_snapshot()
+        tablet._write_checkpoints(sync=False)
+        return tablet
+
+    @staticmethod
+    def _load_segments(
+        directory: Path, config: LogConfig, clean: bool, recovery_point: int
+    ) -> list[LogSegment]:
+        bases: list[int] = []
+        for path in directory.iterdir():
+            name = path.name
+            if name.endswith(".tmp"):
+                path.unlink(missing_ok=True)  # an interrupted checkpoint or snapshot write
+            elif name.endswith(LOG_SUFFIX):
+                try:
+                    bases.append(offset_from_file_name(name))
+                except ValueError:
+                    continue
+        bases.sort()
+        known = set(bases)
+        for path in directory.iterdir():  # indexes whose log is gone
+            if path.name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX)):
+                try:
+                    if offset_from_file_name(path.name) not in known:
+                        path.unlink(missing_ok=True)
+                except ValueError:
+                    continue
+
+        # Segments from the one holding the recovery point on may hold unflushed data.
+        first_unflushed = max(0, bisect_right(bases, recovery_point) - 1)
+        segments: list[LogSegment] = []
+        for i, base in enumerate(bases):
+            segment = LogSegment.open(directory, base, config)
+            if segments and base < segments[-1].next_offset:
+                _log.warning(
+                    "segment %s overlaps the one before it; deleting it and all after it", segment.path
+                )
+                segment.delete()
+                _delete_segment_files(directory, bases[i + 1 :])
+                break
+            dropped = 0
+            if segment.needs_recovery or (not clean and i >= first_unflushed):
+                dropped = segment.recover()
+            segments.append(segment)
+            if dropped:
+                _log.warning(
+                    "recovery cut %d invalid bytes from %s; the log now ends at offset %d",
+                    dropped,
+                    segment.path,
+                    segment.next_offset,
+                )
+                _delete_segment_files(directory, bases[i + 1 :])
+                break
+        return segments
+
+    def _rebuild_writer_state(self, end_offset: int) -> None:
+        """Load the newest writer snapshot at or below `end_offset`, then replay the batch headers
+        after it, so the map reflects the log exactly up to `end_offset`."""
+        writers = self._writers
+        snap = writers.load_latest_snapshot(end_offset, self._now_ms())
+        start = max(snap if snap is not None else 0, self._segments[0].base_offset)
+        if start < end_offset:
+            for segment in self._segments[max(0, bisect_right(self._bases, start) - 1) :]:
+                if segment.next_offset <= start:
+                    continue
+                found = segment.translate_offset(start)
+                position = found[0] if found is not None else 0
+                for _, h in segment.iter_headers(position):
+                    if h.base_offset >= end_offset:
+                        break
+                    if h.base_offset < start:
+                        continue
+                    if h.writer_id != NO_WRITER_ID:
+                        last = h.base_offset + h.last_offset_delta
+                        writers.record(h.writer_id, h.batch_sequence, h.base_offset, last, h.commit_timestamp)
+        writers.map_end_offset = end_offset
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """The newest commit timestamp in the log (-1 when empty)."""
+        return self._max_timestamp
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark (clamped to [log start, log end]); returns the value set."""
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        return self.high_watermark
+
+    def checkpoint_high_watermark(self, *, sync: bool = False) -> None:
+        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+
+    # ---- appending -------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview) -> AppendResult:
+        """Validate, assign offsets and the commit timestamp, and append; all or nothing.
+
+        Every batch is checked (header, magic, size, CRC, writer sequence) before anything is written.
+        A writable buffer is patched in place; bytes are copied once. A remembered retry of an
+        idempotent batch writes nothing and returns the original placement with duplicate=True.
+        """
+        self._check_open()
+        self._poll_flushes()
+        records = _byte_view(records)
+        batches = self._validate(records)
+        leo = self.log_end_offset
+        if not batches:
+            return AppendResult(leo, leo - 1, -1, 0)
+        duplicate = self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=True)
+        if duplicate is not None:
+            return AppendResult(
+                duplicate.first_offset,
+                duplicate.last_offset,
+                duplicate.timestamp,
+                duplicate.last_offset - duplicate.first_offset + 1,
+                duplicate=True,
+            )
+
+        buf: bytearray | memoryview
+        if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
+            buf = records
+        else:
+            buf = bytearray(records)
+        timestamp = max(self._now_ms(), self._max_timestamp)  # commit timestamps never go backwards
+        offset = leo
+        record_count = 0
+        placements: list[BatchPlacement] = []
+        for pos, h in batches:
+            patch_offset_and_timestamp(buf, pos, offset, timestamp)
+            placements.append((pos, h.length + LOG_OVERHEAD, offset, timestamp))
+            offset += h.last_offset_delta + 1
+            record_count += h.record_count
+        self._append(buf, placements, leo, offset)
+        self._max_timestamp = timestamp
+        for (_, h), (_, _, base, _) in zip(batches, placements, strict=True):
+            if h.writer_id != NO_WRITER_ID:
+                self._writers.record(
+                    h.writer_id, h.batch_sequence, base, base + h.last_offset_delta, timestamp
+                )
+        self._after_append(offset)
+        return AppendResult(leo, offset - 1, timestamp, record_count)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult:
+        """Append batches whose offsets and timestamps the leader assigned; still CRC-checked.
+
+        The first batch must start at or after the log end offset and offsets must increase.
+        """
+        self._check_open()
+        self._poll_flushes()
+        records = _byte_view(records)
+        batches = self._validate(records)
+        leo = self.log_end_offset
+        if not batches:
+            return AppendResult(leo, leo - 1, -1, 0)
+        expected = leo
+        max_ts = -1
+        record_count = 0
+        placements: list[BatchPlacement] = []
+        for pos, h in batches:
+            if h.base_offset < expected:
+                raise LogStorageError(
+                    f"follower append out of order: batch at offset {h.base_offset}, expected >= {expected}"
+                )
+            placements.append((pos, h.length + LOG_OVERHEAD, h.base_offset, h.commit_timestamp))
+            expected = h.base_offset + h.last_offset_delta + 1
+            max_ts = max(max_ts, h.commit_timestamp)
+            record_count += h.record_count
+        self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=False)
+        first = batches[0][1].base_offset
+        self._append(records, placements, first, expected)
+        self._max_timestamp = max(self._max_timestamp, max_ts)
+        for _, h in batches:
+            if h.writer_id != NO_WRITER_ID:
+                last = h.base_offset + h.last_offset_delta
+                self._writers.record(h.writer_id, h.batch_sequence, h.base_offset, last, h.commit_timestamp)
+        self._after_append(expected)
+        return AppendResult(first, expected - 1, max_ts, record_count)
+
+    def _validate(self, records: bytes | bytearray | memoryview) -> list[tuple[int, LogBatchHeader]]:
+        """Parse and check every batch header and CRC; raises before anything is written."""
+        limit = self.config.batch_size_limit
+        end = len(records)
+        batches: list[tuple[int, LogBatchHeader]] = []
+        pos = 0
+        while pos < end:
+            if end - pos < LOG_OVERHEAD:
+                raise CorruptRecordError(f"{end - pos} stray bytes after the last batch at position {pos}")
+            size = _LENGTH.unpack_from(records, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+            if size > limit:
+                raise RecordTooLargeError(
+                    f"record batch at position {pos} is {size} bytes, larger than the limit of {limit}"
+                )
+            if pos + size > end:
+                raise CorruptRecordError(
+                    f"record batch at position {pos} claims {size} bytes but only {end - pos} remain"
+                )
+            header = read_header(records, pos)
+            if header.last_offset_delta < 0:
+                raise CorruptRecordError(
+                    f"record batch at position {pos} has a negative last offset delta "
+                    f"{header.last_offset_delta}"
+                )
+            if not crc_is_valid(records, pos, header):
+                raise CorruptRecordError(
+                    f"record batch at position {pos} fails its CRC check (stored {header.crc})"
+                )
+            batches.append((pos, header))
+            pos += size
+        return batches
+
+    def _append(
+        self,
+        data: bytes | bytearray | memoryview,
+        placements: list[BatchPlacement],
+        first_offset: int,
+        next_offset: int,
+    ) -> None:
+        self._maybe_roll(len(data), first_offset, next_offset - 1)
+        self._segments[-1].append(data, placements, next_offset)
+
+    def _after_append(self, next_offset: int) -> None:
+        self._writers.map_end_offset = next_offset
+        interval = self.config.flush_interval_messages
+        if interval is not None and next_offset - self.recovery_point >= interval:
+            self.flush()
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> None:
+        active = self._segments[-1]
+        if active.size == 0:
+            if not active.can_hold_offset(last_offset) or first_offset > active.next_offset:
+                # Empty segment that cannot take these offsets (a follower jumping ahead): restart it.
+                self._replace_empty_active(first_offset)
+            return
+        cfg = self.config
+        age_exceeded = (
+            cfg.segment_ms is not None
+            and active.first_timestamp >= 0
+            and self._now_ms() - active.first_timestamp >= cfg.segment_ms
+        )
+        if (
+            active.size + size > cfg.segment_bytes
+            or active.indexes_full
+            or not active.can_hold_offset(last_offset)
+            or age_exceeded
+        ):
+            self.roll(max(first_offset, active.next_offset))
+
+    def _replace_empty_active(self, base_offset: int) -> None:
+        old = self._segments.pop()
+        self._bases.pop()
+        old.delete()
+        self._add_segment(LogSegment.create(self.directory, base_offset, self.config))
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    def roll(self, new_base_offset: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at `new_base_offset` (default: log end).
+
+        The closed segment's indexes are written now; its fsync runs in the background and moves
+        the recovery point when done.
+        """
+        self._check_open()
+        old = self._segments[-1]
+        base = self.log_end_offset if new_base_offset is None else max(new_base_offset, self.log_end_offset)
+        if old.size == 0:
+            if old.base_offset != base:
+                self._replace_empty_active(base)
+            return self._segments[-1]
+        old.persist_indexes()
+        # Snapshot the writer state at the new base so recovery can start from this segment.
+        self._writers.map_end_offset = base
+        snap = self._writers.take_snapshot()
+        segment = LogSegment.create(self.directory, base, self.config)
+        self._add_segment(segment)
+        paths = [old.offset_index_path, old.time_index_path, self.directory]
+        if snap is not None:
+            paths.append(snap)
+        future = submit_fsync([old.dup_fd()], paths)
+        self._pending_flushes.append((self._generation, base, future))
+        return segment
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchResult:
+        """Whole batches starting with the one that holds `fetch_offset`, up to `max_bytes`.
+
+        Never returns a batch holding offsets at or beyond `max_offset` (clients pass the high
+        watermark). With `min_one_batch`, the first batch is returned whole even when larger than
+        `max_bytes`. Reads from one segment at a time. LogOffsetOutOfRangeError when `fetch_offset`
+        is below the log start or beyond the log end.
+        """
+        self._check_open()
+        leo = self.log_end_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > leo:
+            raise LogOffsetOutOfRangeError(
+                f"fetch offset {fetch_offset} is out of range [{self.log_start_offset}, {leo}]"
+            )
+        limit = leo if max_offset is None else min(max_offset, leo)
+        if fetch_offset >= limit:
+            return self._fetch_result(b"")
+        i = max(0, bisect_right(self._bases, fetch_offset) - 1)
+        while i < len(self._segments):
+            segment = self._segments[i]
+            found = segment.translate_offset(fetch_offset)
+            if found is not None:
+                break
+            i += 1  # a gap or the end of this segment: the data starts in the next one
+        else:
+            return self._fetch_result(b"")
+        position, first_size = found
+        end = segment.size
+        if limit < segment.next_offset:
+            stop = segment.translate_offset(limit)
+            end = stop[0] if stop is not None else segment.size
+        if end <= position:
+            return self._fetch_result(b"")
+        budget = max(max_bytes, first_size) if min_one_batch else max_bytes
+        if first_size > budget:
+            return self._fetch_result(b"")
+        data = segment.read(position, min(budget, end - position))
+        return self._fetch_result(_whole_batches(data, first_size))
+
+    def _fetch_result(self, records: bytes) -> FetchResult:
+        return FetchResult(records, self.high_watermark, self.log_start_offset, self.log_end_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose batch was committed at or after `timestamp` (ms), or None when
+        every batch is older (Fluss answers that with InvalidTimestampError)."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.max_timestamp >= timestamp:
+                offset = segment.find_offset_by_timestamp(timestamp)
+                if offset is not None:
+                    return max(offset, self.log_start_offset)
+        return None
+
+    def closed_segments(self) -> list[SegmentInfo]:
+        """All segments but the active one, oldest first."""
+        return [s.info() for s in self._segments[:-1]]
+
+    # ---- truncation, retention -------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from `offset` on (a follower diverging from its leader). Returns False
+        when the log ends at or before `offset`."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot truncate to a negative offset {offset}")
+        if offset >= self.log_end_offset:
+            return False
+        if self._segments[0].base_offset > offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        self._generation += 1
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        self._segments[-1].truncate_to(offset)
+        leo = self.log_end_offset
+        self._max_timestamp = max(s.max_timestamp for s in self._segments)
+        self.recovery_point = min(self.recovery_point, leo)
+        self.high_watermark = min(self.high_watermark, leo)
+        self.log_start_offset = min(self.log_start_offset, leo)
+        self._rebuild_writer_state(leo)
+        self._write_checkpoints(sync=False)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop all data and continue at `offset` (a follower far behind its leader's log start)."""
+        self._check_open()
+        if offset < 0:
+            raise ValueError(f"cannot start a log at a negative offset {offset}")
+        self._generation += 1
+        for segment in self._segments:
+            segment.delete()
+        self._segments = []
+        self._bases = []
+        self._add_segment(LogSegment.create(self.directory, offset, self.config))
+        self.log_start_offset = self.high_watermark = self.recovery_point = offset
+        self._max_timestamp = -1
+        self._writers.truncate_fully_and_start_at(offset)
+        self._write_checkpoints(sync=False)
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """Move the log start forward (never past the high watermark) and delete segments that lie
+        wholly below it."""
+        self._check_open()
+        if offset <= self.log_start_offset:
+            return
+        if offset > self.high_watermark:
+            raise LogOffsetOutOfRangeError(
+                f"cannot move the log start to {offset}, beyond the high watermark {self.high_watermark}"
+            )
+        self.log_start_offset = offset
+        count = 0
+        while count + 1 < len(self._segments) and self._segments[count + 1].base_offset <= offset:
+            count += 1
+        self._delete_oldest(count)
+        write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest closed segments whose newest batch is older than `retention_ms`, only
+        below the high watermark. Rolls the active segment once it has expired too, so it can go
+        next time. Returns the number of segments deleted."""
+        self._check_open()
+        self._poll_flushes()
+        retention = self.config.retention_ms
+        if not self.config.retention_enabled or retention is None:
+            return 0
+
+        def deletable() -> int:
+            count = 0
+            segments = self._segments
+            while (
+                count + 1 < len(segments)
+                and segments[count + 1].base_offset <= self.high_watermark
+                and now_ms - segments[count].max_timestamp > retention
+            ):
+                count += 1
+            return count
+
+        count = deletable()
+        active = self._segments[-1]
+        if (
+            count == len(self._segments) - 1
+            and active.size > 0
+            and now_ms - active.max_timestamp > retention
+            and self.high_watermark >= self.log_end_offset
+        ):
+            self.roll()
+            count = deletable()
+        if count:
+            self._delete_oldest(count)
+            write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
+        return count
+
+    def _delete_oldest(self, count: int) -> None:
+        if count <= 0:
+            return
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        for segment in doomed:
+            segment.delete()
+        first_base = self._segments[0].base_offset
+        self.log_start_offset = max(self.log_start_offset, first_base)
+        self._writers.delete_snapshots_below(first_base)
+
+    def remove_expired_writers(self, now_ms: int) -> int:
+        """Forget idempotent writers idle longer than `writer_expiration_ms` (call periodically)."""
+        return self._writers.remove_expired(now_ms)
+
+    @property
+    def writer_state(self) -> WriterStateManager:
+        return self._writers
+
+    # ---- durability ------------------------------------------------------------------------
+
+    def _poll_flushes(self) -> None:
+        """Advance the recovery point past rolled segments whose background fsync finished."""
+        pending = self._pending_flushes
+        advanced = False
+        while pending and pending[0][2].done():
+            generation, offset, future = pending.pop(0)
+            error = future.exception()
+            if error is not None:
+                _log.error(
+                    "background fsync of %s before offset %d failed: %s", self.directory, offset, error
+                )
+                continue
+            if generation == self._generation and offset > self.recovery_point:
+                self.recovery_point = min(offset, self.log_end_offset)
+                advanced = True
+        if advanced:
+            write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.recovery_point)
+
+    def _wait_for_flushes(self) -> None:
+        for _, _, future in self._pending_flushes:
+            try:
+                future.result()
+            except OSError as e:
+                _log.error("background fsync in %s failed: %s", self.directory, e)
+        self._poll_flushes()
+
+    def flush(self) -> None:
+        """fsync everything appended so far and move the recovery point to the log end."""
+        self._check_open()
+        self._wait_for_flushes()
+        self._segments[-1].fsync()
+        fsync_path(self.directory)
+        self.recovery_point = self.log_end_offset
+        write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.recovery_point, sync=True)
+
+    def _write_checkpoints(self, *, sync: bool) -> None:
+        write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.recovery_point, sync=sync)
+        write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset, sync=sync)
+        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+
+    def close(self) -> None:
+        """Flush, snapshot the writer state, checkpoint, and mark the shutdown clean."""
+        if self._closed:
+            return
+        self.flush()
+        self._writers.map_end_offset = self.log_end_offset
+        self._writers.take_snapshot(sync=True)
+        self._write_checkpoints(sync=True)
+        for segment in self._segments:
+            segment.close()
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_path(self.directory)
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogStorageError(f"log tablet {self.directory} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"LogTablet({self.directory}, start={self.log_start_offset}, end={self.log_end_offset}, "
+            f"hw={self.high_watermark}, segments={len(self._segments)})"
+        )
+
+
+def _byte_view(records: bytes | bytearray | memoryview) -> bytes | bytearray | memoryview:
+    """Views of other item formats become byte views, so len() and offsets count bytes."""
+    if isinstance(records, memoryview) and (records.format != "B" or records.ndim != 1):
+        return records.cast("B")
+    return records
+
+
+def _whole_batches(data: bytes, first_size: int) -> bytes:
+    """Cut `data` after its last complete batch (it always starts at a batch boundary)."""
+    n = len(data)
+    if first_size >= n:
+        return data if first_size == n else b""
+    pos = first_size
+    unpack = _LENGTH.unpack_from
+    while pos + LOG_OVERHEAD <= n:
+        size = unpack(data, pos + LENGTH_OFFSET)[0] + LOG_OVERHEAD
+        if pos + size > n:
+            break
+        pos += size
+    return data if pos == n else data[:pos]
+
+
+def _delete_segment_files(directory: Path, bases: list[int]) -> None:
+    for base in bases:
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (directory / segment_file_name(base, suffix)).unlink(missing_ok=True)
+        snapshot_path(directory, base).unlink(missing_ok=True)

@@ -1,0 +1,209 @@
+"""The tablet server: hosts bucket replicas and serves reads and writes for the buckets it leads.
+
+It registers with the coordinator and heartbeats it (Strom's embedded stand-in for ZooKeeper sessions),
+takes leadership from NotifyLeaderAndIsr, and answers Metadata and the read-only admin calls by asking
+the coordinator, which owns the metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
+
+from strom.common import config as options
+from strom.common.config import Configuration
+from strom.common.errors import FlussError
+from strom.common.table_bucket import TableBucket
+from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.client import ConnectionPool
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.tablet.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+# Read-only calls a tablet server answers on behalf of the coordinator (Fluss's "gateway" APIs).
+FORWARDED_TO_COORDINATOR = (
+    ApiKey.LIST_DATABASES,
+    ApiKey.DATABASE_EXISTS,
+    ApiKey.GET_DATABASE_INFO,
+    ApiKey.GET_TABLE_INFO,
+    ApiKey.LIST_TABLES,
+    ApiKey.TABLE_EXISTS,
+    ApiKey.GET_TABLE_SCHEMA,
+    ApiKey.LIST_PARTITION_INFOS,
+    ApiKey.GET_METADATA,
+    ApiKey.GET_LAKE_SNAPSHOT,
+    ApiKey.GET_LATEST_KV_SNAPSHOTS,
+    ApiKey.GET_KV_SNAPSHOT_METADATA,
+)
+
+
+class TabletServer:
+    def __init__(
+        self,
+        *,
+        server_id: int,
+        host: str,
+        port: int,
+        data_dir: Path,
+        coordinator: tuple[str, int],
+        config: dict[str, str],
+    ) -> None:
+        self.server_id = server_id
+        self.host = host
+        self.data_dir = data_dir
+        self.coordinator = coordinator
+        self.config = Configuration(config)
+        self.replica_manager = ReplicaManager(server_id, data_dir)
+        self.pool = ConnectionPool()
+        self.session_id: int | None = None
+        self.coordinator_epoch = -1
+        self.live_servers: dict[int, tuple[str, int]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._registered = asyncio.Event()
+        handlers: dict[ApiKey, Handler] = {key: self._forward for key in FORWARDED_TO_COORDINATOR}
+        handlers.update(
+            {
+                ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: self._get_security_token,
+                ApiKey.NOTIFY_LEADER_AND_ISR: self._notify_leader_and_isr,
+                ApiKey.STOP_REPLICA: self._stop_replica,
+                ApiKey.UPDATE_METADATA: self._update_metadata,
+            }
+        )
+        self.rpc = RpcServer(
+            name=f"tablet server {server_id}",
+            host=host,
+            port=port,
+            handlers=handlers,
+            server_type=ServerType.TABLET_SERVER,
+            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+        )
+
+    @property
+    def port(self) -> int:
+        return self.rpc.port
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await self.rpc.start()
+        self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.rpc.close()
+        await self.pool.close()
+
+    # ---- membership
+
+    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+        return await self.pool.request(*self.coordinator, key, message, timeout=timeout)
+
+    async def _membership_loop(self) -> None:
+        interval = self.config.get(options.TABLET_SERVER_HEARTBEAT_INTERVAL).total_seconds()
+        while True:
+            try:
+                if self.session_id is None:
+                    response = await self._coordinator_request(
+                        ApiKey.REGISTER_TABLET_SERVER,
+                        internal.RegisterTabletServerRequest(
+                            server_id=self.server_id, host=self.host, port=self.port
+                        ),
+                        timeout=10,
+                    )
+                    self.session_id = response.session_id
+                    self.coordinator_epoch = response.coordinator_epoch
+                    self._registered.set()
+                    log.info(
+                        "registered with the coordinator (session %d, epoch %d)",
+                        self.session_id,
+                        self.coordinator_epoch,
+                    )
+                else:
+                    response = await self._coordinator_request(
+                        ApiKey.TABLET_SERVER_HEARTBEAT,
+                        internal.TabletServerHeartbeatRequest(
+                            server_id=self.server_id, session_id=self.session_id
+                        ),
+                        timeout=10,
+                    )
+                    if not response.session_valid:
+                        log.warning("coordinator expired our session; registering again")
+                        self.session_id = None
+                        continue
+            except FlussError as e:
+                log.warning("coordinator unreachable: %s", e)
+                self.session_id = None
+            await asyncio.sleep(interval)
+
+    # ---- handlers
+
+    async def _forward(self, request: Message, ctx: RequestContext) -> Message:
+        key = _KEY_BY_REQUEST_TYPE[type(request)]
+        return await self._coordinator_request(key, request)
+
+    async def _get_security_token(self, request: Message, ctx: RequestContext) -> Message:
+        # Local-directory remote storage needs no credentials. An empty token tells the client so, and
+        # it asks again only after days (an error would make it retry every 30 s).
+        return pb.GetFileSystemSecurityTokenResponse(schema="file", token=b"")
+
+    async def _update_metadata(self, request: pb.UpdateMetadataRequest, ctx: RequestContext) -> Message:
+        self.live_servers = {s.node_id: (s.host, s.port) for s in request.tablet_servers}
+        if request.HasField("coordinator_epoch"):
+            self.coordinator_epoch = max(self.coordinator_epoch, request.coordinator_epoch)
+        return pb.UpdateMetadataResponse()
+
+    async def _notify_leader_and_isr(
+        self, request: pb.NotifyLeaderAndIsrRequest, ctx: RequestContext
+    ) -> Message:
+        response = pb.NotifyLeaderAndIsrResponse()
+        for entry in request.notify_buckets_leader_req:
+            bucket = TableBucket.from_pb(entry.table_bucket)
+            result = response.notify_buckets_leader_resp.add()
+            result.table_bucket.CopyFrom(entry.table_bucket)
+            try:
+                path = entry.physical_table_path
+                self.replica_manager.become_leader_or_follower(
+                    bucket,
+                    database=path.database_name,
+                    table=path.table_name,
+                    partition_name=path.partition_name if path.HasField("partition_name") else None,
+                    leader=entry.leader,
+                    leader_epoch=entry.leader_epoch,
+                    replicas=tuple(entry.replicas),
+                    isr=tuple(entry.isr),
+                    bucket_epoch=entry.bucket_epoch,
+                )
+            except FlussError as e:
+                result.error_code = e.code
+                result.error_message = e.message
+        return response
+
+    async def _stop_replica(self, request: pb.StopReplicaRequest, ctx: RequestContext) -> Message:
+        response = pb.StopReplicaResponse()
+        for entry in request.stop_replicas_req:
+            bucket = TableBucket.from_pb(entry.table_bucket)
+            self.replica_manager.stop_replica(bucket, delete=entry.delete)
+            result = response.stop_replicas_resp.add()
+            result.table_bucket.CopyFrom(entry.table_bucket)
+        return response
+
+
+_KEY_BY_REQUEST_TYPE: dict[type, ApiKey] = {}
+
+
+def _index_request_types() -> None:
+    from strom.rpc.api import api_spec
+
+    for key in FORWARDED_TO_COORDINATOR:
+        _KEY_BY_REQUEST_TYPE[api_spec(key).request_type] = key
+
+
+_index_request_types()

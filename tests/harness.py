@@ -1,0 +1,93 @@
+"""A real Strom cluster for tests: each server is its own OS process, killed and restarted for real."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from strom.server.launcher import (
+    COORDINATOR,
+    TABLET_SERVER,
+    ServerProcess,
+    free_port,
+    wait_for_tablet_servers,
+    wait_until_serving,
+)
+
+# Fast failure detection in tests; production defaults are longer.
+TEST_CONFIG = {
+    "tablet-server.heartbeat.interval": "200ms",
+    "tablet-server.session.timeout": "2s",
+}
+
+
+class Cluster:
+    def __init__(self, base_dir: Path, tablet_servers: int = 1, config: dict[str, str] | None = None) -> None:
+        self.base_dir = base_dir
+        self.config = {**TEST_CONFIG, **(config or {})}
+        self.coordinator = ServerProcess(
+            COORDINATOR,
+            0,
+            "127.0.0.1",
+            free_port(),
+            base_dir / "coordinator",
+            self.config,
+            log_path=base_dir / "logs" / "coordinator-0.log",
+        )
+        self.tablet_servers = {
+            i: ServerProcess(
+                TABLET_SERVER,
+                i,
+                "127.0.0.1",
+                free_port(),
+                base_dir / f"tablet-server-{i}",
+                self.config,
+                coordinator=self.coordinator.address,
+                log_path=base_dir / "logs" / f"tablet-server-{i}.log",
+            )
+            for i in range(tablet_servers)
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return self.coordinator.address
+
+    def start(self) -> Cluster:
+        self.start_coordinator()
+        for server_id in self.tablet_servers:
+            self.tablet_servers[server_id].start()
+        self.wait_for_tablet_servers()
+        return self
+
+    def start_coordinator(self) -> None:
+        self.coordinator.start()
+        asyncio.run(wait_until_serving(self.coordinator))
+
+    def wait_for_tablet_servers(self, ids: set[int] | None = None, timeout: float = 30) -> None:
+        alive = {i for i, s in self.tablet_servers.items() if s.is_alive()} if ids is None else ids
+        asyncio.run(wait_for_tablet_servers(self.coordinator, alive, timeout))
+
+    def kill_tablet_server(self, server_id: int) -> None:
+        self.tablet_servers[server_id].kill()
+
+    def start_tablet_server(self, server_id: int) -> None:
+        self.tablet_servers[server_id].start()
+        asyncio.run(wait_until_serving(self.tablet_servers[server_id]))
+
+    def restart_coordinator(self, kill: bool = True) -> None:
+        if kill:
+            self.coordinator.kill()
+        else:
+            self.coordinator.stop()
+        self.start_coordinator()
+
+    def stop(self) -> None:
+        for server in self.tablet_servers.values():
+            server.stop()
+        self.coordinator.stop()
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted((self.base_dir / "logs").glob("*.log")):
+            parts.append(f"==== {path.name}\n{path.read_text()[-4000:]}")
+        return "\n".join(parts)

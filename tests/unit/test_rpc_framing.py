@@ -1,0 +1,140 @@
+"""Fluss framing byte for byte, and the asyncio server/client over a loopback socket."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from strom.common.errors import (
+    CorruptMessageError,
+    RequestTimeoutError,
+    TableNotExistError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
+from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.client import RpcConnection
+from strom.rpc.framing import encode_request, response_header
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext, RpcServer
+
+
+def test_first_bytes_of_the_official_client_handshake() -> None:
+    body = pb.ApiVersionsRequest(client_software_name="fluss-rust", client_software_version="1.0.0")
+    frame = encode_request(1000, 0, 0, body.SerializeToString())
+    expected = bytes.fromhex("0000001b03e8000000000000") + b"\x0a\x0afluss-rust\x12\x051.0.0"
+    assert frame == expected
+
+
+def test_empty_metadata_request_frame() -> None:
+    assert encode_request(1012, 0, 1, pb.MetadataRequest().SerializeToString()) == bytes.fromhex(
+        "0000000803f4000000000001"
+    )
+
+
+def test_response_header_layout() -> None:
+    assert response_header(1, 7, 10) == struct.pack(">ibi", 15, 1, 7)
+
+
+async def _serve(handlers: dict, **kwargs) -> RpcServer:  # type: ignore[type-arg]
+    server = RpcServer(
+        name="test server",
+        host="127.0.0.1",
+        port=0,
+        handlers=handlers,
+        server_type=ServerType.TABLET_SERVER,
+        **kwargs,
+    )
+    await server.start()
+    return server
+
+
+def test_pipelined_requests_are_answered_out_of_order() -> None:
+    async def list_tables(request: pb.ListTablesRequest, ctx: RequestContext) -> pb.ListTablesResponse:
+        delay = int(request.database_name) / 1000
+        await asyncio.sleep(delay)
+        return pb.ListTablesResponse(table_name=[request.database_name])
+
+    async def main() -> None:
+        server = await _serve({ApiKey.LIST_TABLES: list_tables})
+        connection = await RpcConnection.connect("127.0.0.1", server.port)
+        finished: list[str] = []
+
+        async def call(delay_ms: int) -> None:
+            response = await connection.request(
+                ApiKey.LIST_TABLES, pb.ListTablesRequest(database_name=str(delay_ms))
+            )
+            assert list(response.table_name) == [str(delay_ms)]
+            finished.append(str(delay_ms))
+
+        await asyncio.gather(*(call(d) for d in (200, 10, 100, 0)))
+        assert finished == ["0", "10", "100", "200"]  # all in flight at once on one connection
+        assert connection.server_type == ServerType.TABLET_SERVER
+        advertised = set(connection.api_versions)
+        assert advertised == {ApiKey.API_VERSIONS, ApiKey.LIST_TABLES}
+        connection.close()
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_errors_are_error_frames_and_the_connection_survives() -> None:
+    async def get_table_info(request: pb.GetTableInfoRequest, ctx: RequestContext) -> pb.GetTableInfoResponse:
+        if request.table_path.table_name == "boom":
+            raise RuntimeError("kaputt")
+        raise TableNotExistError(
+            f"Table '{request.table_path.database_name}.{request.table_path.table_name}' does not exist."
+        )
+
+    async def main() -> None:
+        server = await _serve({ApiKey.GET_TABLE_INFO: get_table_info}, max_frame_size=1024)
+        connection = await RpcConnection.connect("127.0.0.1", server.port)
+        request = pb.GetTableInfoRequest()
+        request.table_path.database_name = "db"
+        request.table_path.table_name = "t"
+        with pytest.raises(TableNotExistError, match=r"db\.t"):
+            await connection.request(ApiKey.GET_TABLE_INFO, request)
+        request.table_path.table_name = "boom"
+        with pytest.raises(UnknownServerError, match="kaputt"):
+            await connection.request(ApiKey.GET_TABLE_INFO, request)
+        with pytest.raises(UnsupportedVersionError, match="not served"):
+            await connection.request(ApiKey.LIST_TABLES, pb.ListTablesRequest(database_name="x"))
+        with pytest.raises(UnsupportedVersionError, match="unknown API key 4242"):
+            await connection.request_raw(4242, b"", version=0)  # type: ignore[arg-type]
+        with pytest.raises(UnsupportedVersionError, match="version 3"):
+            await connection.request_raw(ApiKey.GET_TABLE_INFO, request.SerializeToString(), version=3)
+        with pytest.raises(CorruptMessageError, match="GetTableInfoRequest"):
+            await connection.request_raw(ApiKey.GET_TABLE_INFO, b"\xff\xff\xff", version=0)
+        with pytest.raises(CorruptMessageError, match="exceeds the maximum frame size"):
+            await connection.request_raw(ApiKey.GET_TABLE_INFO, b"\x00" * 5000, version=0)
+        # still usable after all of that
+        request.table_path.table_name = "t"
+        with pytest.raises(TableNotExistError):
+            await connection.request(ApiKey.GET_TABLE_INFO, request)
+        connection.close()
+        await server.close()
+
+    asyncio.run(main())
+
+
+def test_requests_time_out_and_closed_connections_fail_fast() -> None:
+    async def slow(request: pb.ListTablesRequest, ctx: RequestContext) -> pb.ListTablesResponse:
+        await asyncio.sleep(5)
+        return pb.ListTablesResponse()
+
+    async def main() -> None:
+        server = await _serve({ApiKey.LIST_TABLES: slow})
+        connection = await RpcConnection.connect("127.0.0.1", server.port)
+        with pytest.raises(RequestTimeoutError):
+            await connection.request(ApiKey.LIST_TABLES, pb.ListTablesRequest(database_name="x"), timeout=0.2)
+        pending = asyncio.ensure_future(
+            connection.request(ApiKey.LIST_TABLES, pb.ListTablesRequest(database_name="x"))
+        )
+        await asyncio.sleep(0.05)
+        await server.close()
+        with pytest.raises(Exception, match=r"lost|closed"):
+            await pending
+
+    asyncio.run(main())
