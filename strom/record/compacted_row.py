@@ -58,14 +58,32 @@ class _Malformed(ValueError):
 # Code templates. Encoders read `v` and append to the bytearray `out`; decoders read `buf` at `pos`,
 # leave the value in `v` and advance `pos`. `{i}` names the per-field helpers in the namespace.
 
-_ENC_VARINT32 = "if 0 <= v < 128:\n    out.append(v)\nelse:\n    _w32(out, v)\n"
-_ENC_VARINT64 = "if 0 <= v < 128:\n    out.append(v)\nelse:\n    _w64(out, v)\n"
-_ENC_BYTES = "n = len(v)\nif n < 128:\n    out.append(n)\nelse:\n    _w32(out, n)\nout += v\n"
+def _enc_varint(var: str, writer: str) -> str:
+    # one- and two-byte values inline; longer or negative ones through the range-checked writer
+    return (
+        f"if 0 <= {var} < 128:\n    out.append({var})\n"
+        f"elif 0 <= {var} < 16384:\n    out.append(({var} & 127) | 128)\n    out.append({var} >> 7)\n"
+        f"else:\n    {writer}(out, {var})\n"
+    )
 
-_DEC_VARINT32 = "v = buf[pos]\nif v < 128:\n    pos += 1\nelse:\n    v, pos = _r32(buf, pos)\n"
-_DEC_VARINT64 = "v = buf[pos]\nif v < 128:\n    pos += 1\nelse:\n    v, pos = _r64(buf, pos)\n"
-_DEC_MILLIS = "m = buf[pos]\nif m < 128:\n    pos += 1\nelse:\n    m, pos = _r64(buf, pos)\n"
-_DEC_SPAN = "n = buf[pos]\nif n < 128:\n    pos += 1\nelse:\n    n, pos = _rlen(buf, pos)\ne = pos + n\n"
+
+def _dec_varint(var: str, reader: str) -> str:
+    # one- and two-byte values inline (a two-byte varint is never negative)
+    return (
+        f"{var} = buf[pos]\nif {var} < 128:\n    pos += 1\nelse:\n    b = buf[pos + 1]\n"
+        f"    if b < 128:\n        {var} = ({var} & 127) | (b << 7)\n        pos += 2\n"
+        f"    else:\n        {var}, pos = {reader}(buf, pos)\n"
+    )
+
+
+_ENC_VARINT32 = _enc_varint("v", "_w32")
+_ENC_VARINT64 = _enc_varint("v", "_w64")
+_ENC_BYTES = "n = len(v)\n" + _enc_varint("n", "_w32") + "out += v\n"
+
+_DEC_VARINT32 = _dec_varint("v", "_r32")
+_DEC_VARINT64 = _dec_varint("v", "_r64")
+_DEC_MILLIS = _dec_varint("m", "_r64")
+_DEC_SPAN = _dec_varint("n", "_rlen") + "e = pos + n\n"
 
 # pyarrow's units for TIME/TIMESTAMP precisions, as the Fluss Arrow mapping uses them.
 _UNIT_FROM_MILLIS = {"s": "v //= 1000\n", "ms": "", "us": "v *= 1000\n", "ns": "v *= 1000000\n"}

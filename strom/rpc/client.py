@@ -67,18 +67,19 @@ class RpcConnection(asyncio.Protocol):
         except (OSError, TimeoutError) as e:
             raise NetworkError(f"cannot connect to {address}: {e}") from e
         try:
-            await connection._handshake(expected_server_type, sasl)
+            await connection._handshake(expected_server_type, sasl, connect_timeout)
         except BaseException:
             connection.close()
             raise
         return connection
 
-    async def _handshake(self, expected: ServerType | None, sasl: SaslPlain | None) -> None:
+    async def _handshake(self, expected: ServerType | None, sasl: SaslPlain | None, timeout: float) -> None:
         response = await self.request(
             ApiKey.API_VERSIONS,
             pb.ApiVersionsRequest(
                 client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION
             ),
+            timeout=timeout,
         )
         self.api_versions = {v.api_key: (v.min_version, v.max_version) for v in response.api_versions}
         self.server_type = response.server_type if response.HasField("server_type") else None
@@ -88,7 +89,9 @@ class RpcConnection(asyncio.Protocol):
             )
         if sasl is not None:
             token = b"\0" + sasl.username.encode() + b"\0" + sasl.password.encode()
-            await self.request(ApiKey.AUTHENTICATE, pb.AuthenticateRequest(protocol="PLAIN", token=token))
+            await self.request(
+                ApiKey.AUTHENTICATE, pb.AuthenticateRequest(protocol="PLAIN", token=token), timeout=timeout
+            )
 
     # ---- asyncio.Protocol
 

@@ -1,0 +1,128 @@
+"""`strom local` as a user runs it: ready message, cluster.json, clean stop, restart with metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import fluss
+import pyarrow as pa
+
+from strom.server.launcher import free_port, pid_alive
+
+
+def start_local(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "strom", "local", "--data-dir", str(data_dir), "--port", str(port), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_ready(process: subprocess.Popen[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    output = []
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        output.append(line)
+        if "cluster ready" in line:
+            return "".join(output)
+    process.kill()
+    raise AssertionError("strom local did not become ready:\n" + "".join(output))
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.wait(30)
+
+
+def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    process = start_local(
+        data_dir,
+        port,
+        "--tablet-servers",
+        "2",
+        "--config",
+        "default.bucket.number=3",
+        "--config",
+        "tablet-server.session.timeout=3s",
+    )
+    try:
+        output = wait_ready(process)
+        assert f"127.0.0.1:{port}" in output
+        cluster = json.loads((data_dir / "cluster.json").read_text())
+        assert cluster["bootstrap"] == f"127.0.0.1:{port}"
+        roles = sorted((s["role"], s["id"]) for s in cluster["servers"])
+        assert roles == [("coordinator", 0), ("tablet-server", 0), ("tablet-server", 1)]
+        pids = [s["pid"] for s in cluster["servers"]]
+        assert all(pid_alive(pid) for pid in pids)
+        tablet_ports = {s["port"] for s in cluster["servers"] if s["role"] == "tablet-server"}
+
+        async def create() -> list:
+            conn = await fluss.FlussConnection.create(
+                fluss.Config({"bootstrap.servers": cluster["bootstrap"]})
+            )
+            admin = conn.get_admin()
+            await admin.create_database("kept")
+            await admin.create_table(
+                fluss.TablePath("kept", "t"),
+                fluss.TableDescriptor(fluss.Schema(pa.schema([("a", pa.int32())]))),
+            )
+            info = await admin.get_table_info(fluss.TablePath("kept", "t"))
+            assert info.num_buckets == 3  # --config reached the coordinator
+            nodes = await admin.get_server_nodes()
+            await conn.close()
+            return nodes
+
+        nodes = asyncio.run(create())
+        assert {n.port for n in nodes if n.server_type == "TabletServer"} == tablet_ports
+    finally:
+        stop(process)
+    assert process.returncode == 0
+    for pid in pids:
+        deadline = time.monotonic() + 10
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(pid), f"server process {pid} still running after strom local stopped"
+
+    process = start_local(data_dir, port)
+    try:
+        wait_ready(process)
+
+        async def check() -> None:
+            conn = await fluss.FlussConnection.create(
+                fluss.Config({"bootstrap.servers": f"127.0.0.1:{port}"})
+            )
+            admin = conn.get_admin()
+            assert await admin.list_tables("kept") == ["t"]
+            await conn.close()
+
+        asyncio.run(check())
+    finally:
+        stop(process)
+
+
+def test_strom_local_refuses_a_busy_port(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = start_local(tmp_path / "data", port)
+        out, _ = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert "failed to start" in out
+    assert os.path.exists(tmp_path / "data" / "logs" / "coordinator-0.log")
