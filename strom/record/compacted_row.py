@@ -58,6 +58,7 @@ class _Malformed(ValueError):
 # Code templates. Encoders read `v` and append to the bytearray `out`; decoders read `buf` at `pos`,
 # leave the value in `v` and advance `pos`. `{i}` names the per-field helpers in the namespace.
 
+
 def _enc_varint(var: str, writer: str) -> str:
     # one- and two-byte values inline; longer or negative ones through the range-checked writer
     return (
@@ -102,8 +103,9 @@ class _FieldCode:
         self.type = t
         self.helpers: dict[str, Any] = {}
         self.encode = ""
-        self.decode_raw = ""  # value as Arrow wants it (ints in the Arrow unit for temporals)
-        self.to_python = ""  # raw value -> Python value (appended in Python mode)
+        self.decode_raw = ""  # reads the field as stored (temporals: millis, plus nanos in `m`/`v`)
+        self.to_arrow = ""  # stored value -> what pa.array wants (temporals: ints in the Arrow unit)
+        self.to_python = ""  # stored value -> Python value
         self._build()
 
     def _helper(self, name: str, fn: Any) -> str:
@@ -147,8 +149,9 @@ class _FieldCode:
             self.to_python = f"v = {self._helper('date', conv.days_to_date)}(v)\n"
         elif root is _R.TIME_WITHOUT_TIME_ZONE:
             self.encode = f"v = {self._helper('ms', conv.time_to_millis)}(v)\n" + _ENC_VARINT32
-            self.decode_raw = _DEC_VARINT32 + _UNIT_FROM_MILLIS[_unit(t.precision)]
-            self.to_python = f"v = {self._helper('time', _time_from_unit(_unit(t.precision)))}(v)\n"
+            self.decode_raw = _DEC_VARINT32
+            self.to_arrow = _UNIT_FROM_MILLIS[_unit(t.precision)]
+            self.to_python = f"v = {self._helper('time', conv.millis_to_time)}(v)\n"
         elif root is _R.DECIMAL:
             precision, scale = t.precision or 10, t.scale or 0
 
@@ -180,32 +183,16 @@ class _FieldCode:
         parts = self._helper("parts", conv.timestamp_to_parts)
         if (t.precision or 0) <= conv.COMPACT_TIMESTAMP_MAX_PRECISION:
             self.encode = f"v = {parts}(v)[0]\n" + _ENC_VARINT64
-            self.decode_raw = _DEC_VARINT64 + _UNIT_FROM_MILLIS[unit]
-            self.to_python = f"v = {self._helper('ts', _timestamp_from_unit(unit, utc))}(v)\n"
+            self.decode_raw = _DEC_VARINT64
+            self.to_arrow = _UNIT_FROM_MILLIS[unit]
+            self.to_python = f"v = {self._helper('ts', conv.timestamp_from_parts)}(v, 0, {utc})\n"
             return
         self.encode = f"m, v = {parts}(v)\n_w64(out, m)\n" + _ENC_VARINT32
         scale = {"us": (1000, 1000), "ns": (1000000, 1)}[unit]
         # raw = millis * (unit per milli) + nano_of_milli // (nanos per unit)
-        self.decode_raw = _DEC_MILLIS + _DEC_VARINT32 + f"v = m * {scale[0]} + v // {scale[1]}\n"
-        self.to_python = f"v = {self._helper('ts', _timestamp_from_unit(unit, utc))}(v)\n"
-
-
-def _time_from_unit(unit: str) -> Callable[[int], Any]:
-    per_milli = {"s": None, "ms": 1, "us": 1000, "ns": 1000000}[unit]
-    if per_milli is None:
-        return lambda v: conv.millis_to_time(v * 1000)
-    return lambda v: conv.millis_to_time(v // per_milli)
-
-
-def _timestamp_from_unit(unit: str, utc: bool) -> Callable[[int], Any]:
-    nanos_per_unit = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1000, "ns": 1}[unit]
-
-    def convert(v: int) -> Any:
-        nanos = v * nanos_per_unit
-        millis, nano_of_milli = divmod(nanos, 1_000_000)
-        return conv.timestamp_from_parts(millis, nano_of_milli, utc)
-
-    return convert
+        self.decode_raw = _DEC_MILLIS + _DEC_VARINT32  # millis in m, nano-of-milli in v
+        self.to_arrow = f"v = m * {scale[0]} + v // {scale[1]}\n"
+        self.to_python = f"v = {self._helper('ts', conv.timestamp_from_parts)}(m, v, {utc})\n"
 
 
 def _indent(code: str, level: int) -> str:
@@ -271,7 +258,7 @@ def _encoder_source(fields: list[_FieldCode], header: int, key_mode: bool) -> st
 
 def _field_read(f: _FieldCode, python: bool, level: int, target: str) -> str:
     """Code that reads field `f` and hands the value to `target` (an expression template with {v})."""
-    body = f.decode_raw + (f.to_python if python else "") + target.format(v="v") + "\n"
+    body = f.decode_raw + (f.to_python if python else f.to_arrow) + target.format(v="v") + "\n"
     if not f.type.nullable:
         return _indent(body, level)
     check = f"if buf[{f.i >> 3}] & {1 << (f.i & 7)}:\n    {target.format(v='None')}\nelse:\n"

@@ -37,7 +37,9 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize(("text", "match"), [("10", "time unit"), ("ms", "number"), ("5 weeks", "unit"), ("", "empty")])
+@pytest.mark.parametrize(
+    ("text", "match"), [("10", "time unit"), ("ms", "number"), ("5 weeks", "unit"), ("", "empty")]
+)
 def test_parse_duration_rejects(text: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         parse_duration(text)
@@ -108,9 +110,9 @@ def test_configuration_typed_get_and_defaults() -> None:
 
 def test_configuration_bad_value_names_the_key() -> None:
     conf = Configuration({"table.log.format": "parquet", "table.replication.factor": "two"})
-    with pytest.raises(ValueError, match="table.log.format"):
+    with pytest.raises(ValueError, match=r"table\.log\.format"):
         conf.get(cfg.TABLE_LOG_FORMAT)
-    with pytest.raises(ValueError, match="table.replication.factor"):
+    with pytest.raises(ValueError, match=r"table\.replication\.factor"):
         conf.get(cfg.TABLE_REPLICATION_FACTOR)
 
 

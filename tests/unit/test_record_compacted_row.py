@@ -103,12 +103,19 @@ def test_temporal_and_decimal_encodings() -> None:
     assert roundtrip([DATE()], [dt.date(1969, 12, 31)]) == bytes.fromhex("00 ffffffff0f")
     assert roundtrip([TIME(3)], [dt.time(0, 0, 1, 5000)]) == bytes.fromhex("00 ed07")  # 1005 ms
     ts = dt.datetime(2023, 10, 25, 12, 1, 13, 182000)  # 1698235273182 ms
-    millis = bytes.fromhex("deafe0d6b831")
+    millis = bytes.fromhex("de9fd7b5b631")  # LEB128 of 1698235273182
     assert roundtrip([TIMESTAMP(3)], [ts]) == b"\x00" + millis
     ts6 = dt.datetime(2023, 10, 25, 12, 1, 13, 182123)
-    assert roundtrip([TIMESTAMP(6)], [ts6]) == b"\x00" + millis + bytes.fromhex("f8c107")  # 123000 ns
+    assert roundtrip([TIMESTAMP(6)], [ts6]) == b"\x00" + millis + bytes.fromhex("f8c007")  # 123000 ns
     ltz = dt.datetime(2023, 10, 25, 12, 1, 13, 182000, tzinfo=dt.UTC)
     assert roundtrip([TIMESTAMP_LTZ(3)], [ltz]) == b"\x00" + millis
+    # Precision 0 still stores millis: Python values keep them, Arrow (unit "s") truncates.
+    stored = b"\x00" + bytes.fromhex("dc0b")  # 1500
+    assert CompactedRowDecoder([TIMESTAMP(0)]).decode(stored) == (dt.datetime(1970, 1, 1, 0, 0, 1, 500000),)
+    assert CompactedRowDecoder([TIME(0)]).decode(stored) == (dt.time(0, 0, 1, 500000),)
+    assert CompactedRowDecoder([TIMESTAMP(0)]).to_arrow([stored]).column(0).cast(pa.int64()).to_pylist() == [
+        1
+    ]
     assert roundtrip([DECIMAL(10, 2)], [Decimal("123.45")]) == bytes.fromhex("00 b960")  # 12345
     assert roundtrip([DECIMAL(20, 0)], [Decimal("-128")]) == bytes.fromhex("00 01 80")
     assert roundtrip([DECIMAL(20, 0)], [Decimal("128")]) == bytes.fromhex("00 02 0080")
@@ -194,7 +201,9 @@ def test_nested_round_trip_and_arrow() -> None:
     schema = pa.schema([pa.field(f"c{i}", t.to_arrow()) for i, t in enumerate(NESTED_TYPES)])
     rows = [CompactedRowEncoder(NESTED_TYPES).encode(NESTED_VALUES)]
     out = CompactedRowDecoder(NESTED_TYPES).to_arrow(rows, schema)
-    expected = pa.RecordBatch.from_pylist([dict(zip(schema.names, NESTED_VALUES, strict=True))], schema=schema)
+    expected = pa.RecordBatch.from_pylist(
+        [dict(zip(schema.names, NESTED_VALUES, strict=True))], schema=schema
+    )
     assert out.equals(expected)
 
 
@@ -240,7 +249,8 @@ def random_value(t: DataType, rnd: random.Random) -> Any:
         return rnd.random() < 0.5
     if root in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
         bits = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64}[root]
-        return rnd.choice([rnd.randint(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1), rnd.randint(-200, 20000)])
+        lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        return rnd.choice([rnd.randint(lo, hi), rnd.randint(max(lo, -200), min(hi, 20000))])
     if root == "FLOAT":
         return rnd.randint(-(10**6), 10**6) / 8
     if root == "DOUBLE":
@@ -259,7 +269,9 @@ def random_value(t: DataType, rnd: random.Random) -> Any:
         return dt.date(1970, 1, 1) + dt.timedelta(days=rnd.randint(-700_000, 2_000_000))
     if root == "TIME_WITHOUT_TIME_ZONE":
         ms = rnd.randint(0, 86_399_999)
-        return (dt.datetime(2000, 1, 1) + dt.timedelta(milliseconds=ms if t.precision else ms // 1000 * 1000)).time()
+        return (
+            dt.datetime(2000, 1, 1) + dt.timedelta(milliseconds=ms if t.precision else ms // 1000 * 1000)
+        ).time()
     if root.startswith("TIMESTAMP"):
         p = t.precision or 0
         micros = 0 if p == 0 else rnd.randint(0, 999) * 1000 if p <= 3 else rnd.randint(0, 999_999)
@@ -285,7 +297,9 @@ def test_round_trip_property_over_many_types() -> None:
     # Arrow path: what pyarrow itself makes of the same Python values.
     schema = pa.schema([t.to_arrow_field(f"c{i}") for i, t in enumerate(ALL_TYPES)])
     batch = decoder.to_arrow([memoryview(e) for e in encoded], schema)
-    expected = pa.RecordBatch.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema)
+    expected = pa.RecordBatch.from_pylist(
+        [dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema
+    )
     assert batch.equals(expected)
 
 

@@ -44,7 +44,9 @@ def hand_built_batch(
     record_count: int = 5,
 ) -> bytes:
     """A batch laid out field by field from the reference table, independently of the builder."""
-    tail = struct.pack("<hbiqii", schema_id, attributes, last_offset_delta, writer_id, batch_sequence, record_count)
+    tail = struct.pack(
+        "<hbiqii", schema_id, attributes, last_offset_delta, writer_id, batch_sequence, record_count
+    )
     if magic == 1:
         tail += struct.pack("<i", len(stats)) + stats
     tail += records
@@ -234,8 +236,9 @@ def test_decode_at_position_and_from_memoryview() -> None:
     a = build_arrow_log_batch(sample_records(3), schema_id=1)
     b = build_arrow_log_batch(sample_records(6), schema_id=1, change_types=[1] * 6)
     buf = memoryview(a + b)
-    (_, ha), (pb, hb) = list(iter_batches(buf))
-    assert pb == len(a)
+    (pa_, ha), (pb, hb) = list(iter_batches(buf))
+    assert (pa_, pb) == (0, len(a))
+    assert decode_arrow_batch(buf, pa_, ha, SCHEMA)[0].equals(sample_records(3))
     assert decode_arrow_batch(buf, pb, hb, SCHEMA)[0].equals(sample_records(6))
     assert decode_arrow_batch(buf, pb, hb, SCHEMA)[1] == b"\x01" * 6
 
@@ -252,7 +255,9 @@ def test_projection_keeps_header_and_change_types(compression: str) -> None:
     rb = sample_records(6)
     cts = bytes([1, 1, 2, 3, 4, 1])
     batch = bytearray(
-        build_arrow_log_batch(rb, schema_id=4, change_types=cts, writer_id=9, batch_sequence=3, compression="ZSTD")
+        build_arrow_log_batch(
+            rb, schema_id=4, change_types=cts, writer_id=9, batch_sequence=3, compression="ZSTD"
+        )
     )
     patch_offset_and_timestamp(batch, 0, 500, 1234)
     h = read_header(batch)

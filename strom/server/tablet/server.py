@@ -18,11 +18,15 @@ from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import FlussError
 from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import TableDescriptor, TableInfo
+from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.tablet.log.log_config import LogConfig
+from strom.server.tablet.log_service import LogService
 from strom.server.tablet.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -60,7 +64,9 @@ class TabletServer:
         self.data_dir = data_dir
         self.coordinator = coordinator
         self.config = Configuration(config)
-        self.replica_manager = ReplicaManager(server_id, data_dir)
+        self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
+        self.log_service = LogService(self.replica_manager)
+        self._table_infos: dict[int, TableInfo] = {}
         self.pool = ConnectionPool()
         self.session_id: int | None = None
         self.coordinator_epoch = -1
@@ -74,6 +80,11 @@ class TabletServer:
                 ApiKey.NOTIFY_LEADER_AND_ISR: self._notify_leader_and_isr,
                 ApiKey.STOP_REPLICA: self._stop_replica,
                 ApiKey.UPDATE_METADATA: self._update_metadata,
+                ApiKey.INIT_WRITER: self.log_service.init_writer,
+                ApiKey.PRODUCE_LOG: self.log_service.produce_log,
+                ApiKey.FETCH_LOG: self.log_service.fetch_log,
+                ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
+                ApiKey.LIMIT_SCAN: self.log_service.limit_scan,
             }
         )
         self.rpc = RpcServer(
@@ -100,6 +111,7 @@ class TabletServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.rpc.close()
         await self.pool.close()
+        self.replica_manager.close()
 
     # ---- membership
 
@@ -143,6 +155,42 @@ class TabletServer:
                 self.session_id = None
             await asyncio.sleep(interval)
 
+    # ---- tables
+
+    def _log_config(self, table: TableInfo) -> LogConfig:
+        ttl_ms = int(table.log_ttl.total_seconds() * 1000)
+        flush = self.config.get(options.LOG_FLUSH_INTERVAL_MESSAGES)
+        return LogConfig(
+            segment_bytes=int(self.config.get(options.LOG_SEGMENT_FILE_SIZE)),
+            index_interval_bytes=int(self.config.get(options.LOG_INDEX_INTERVAL_SIZE)),
+            index_max_bytes=int(self.config.get(options.LOG_INDEX_FILE_SIZE)),
+            retention_ms=ttl_ms or None,
+            flush_interval_messages=None if flush is None or flush >= 2**62 else flush,
+            writer_expiration_ms=int(
+                self.config.get(options.SERVER_WRITER_ID_EXPIRATION_TIME).total_seconds() * 1000
+            ),
+        )
+
+    async def _table_info(self, table_id: int, path: TablePath) -> TableInfo:
+        info = self._table_infos.get(table_id)
+        if info is None:
+            request = pb.GetTableInfoRequest()
+            request.table_path.database_name = path.database_name
+            request.table_path.table_name = path.table_name
+            response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+            if response.table_id != table_id:
+                raise FlussError(f"table {path} now has id {response.table_id}, not {table_id}")
+            info = TableInfo(
+                path,
+                response.table_id,
+                response.schema_id,
+                TableDescriptor.from_json_bytes(response.table_json),
+                response.created_time,
+                response.modified_time,
+            )
+            self._table_infos[table_id] = info
+        return info
+
     # ---- handlers
 
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
@@ -170,11 +218,15 @@ class TabletServer:
             result.table_bucket.CopyFrom(entry.table_bucket)
             try:
                 path = entry.physical_table_path
+                table_info = await self._table_info(
+                    bucket.table_id, TablePath(path.database_name, path.table_name)
+                )
                 self.replica_manager.become_leader_or_follower(
                     bucket,
                     database=path.database_name,
                     table=path.table_name,
                     partition_name=path.partition_name if path.HasField("partition_name") else None,
+                    table_info=table_info,
                     leader=entry.leader,
                     leader_epoch=entry.leader_epoch,
                     replicas=tuple(entry.replicas),

@@ -41,8 +41,9 @@ class LogConfig:
     writer_expiration_ms: int = 7 * DAY_MS
 
     def __post_init__(self) -> None:
-        if self.segment_bytes < 1024:
-            raise ValueError(f"segment_bytes must be at least 1024, got {self.segment_bytes}")
+        if not 1024 <= self.segment_bytes <= 2**31 - 1:
+            # index positions are int32
+            raise ValueError(f"segment_bytes must be between 1 KiB and 2 GiB - 1, got {self.segment_bytes}")
         if self.index_interval_bytes < 0:
             raise ValueError(f"index_interval_bytes must be >= 0, got {self.index_interval_bytes}")
         if self.index_max_bytes < 12:
@@ -54,8 +55,8 @@ class LogConfig:
 
     @property
     def batch_size_limit(self) -> int:
-        """The effective per-batch limit: a batch never spans segments, and positions are int32."""
-        return min(self.max_batch_bytes, self.segment_bytes, 2**31 - 1)
+        """The effective per-batch limit: a batch never spans segments."""
+        return min(self.max_batch_bytes, self.segment_bytes)
 
     @property
     def retention_enabled(self) -> bool:

@@ -234,6 +234,7 @@ class LogTablet:
                         last = h.base_offset + h.last_offset_delta
                         writers.record(h.writer_id, h.batch_sequence, h.base_offset, last, h.commit_timestamp)
         writers.map_end_offset = end_offset
+        writers.remove_expired(self._now_ms())  # replayed writers may have been idle too long
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -261,6 +262,8 @@ class LogTablet:
         return self.high_watermark
 
     def checkpoint_high_watermark(self, *, sync: bool = False) -> None:
+        """Persist the high watermark (the replica calls this periodically)."""
+        self._poll_flushes()
         write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
 
     # ---- appending -------------------------------------------------------------------------
@@ -275,7 +278,7 @@ class LogTablet:
         self._check_open()
         self._poll_flushes()
         records = _byte_view(records)
-        batches = self._validate(records)
+        batches = self._validate(records, self.config.batch_size_limit)
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
@@ -321,7 +324,8 @@ class LogTablet:
         self._check_open()
         self._poll_flushes()
         records = _byte_view(records)
-        batches = self._validate(records)
+        # The leader enforced its batch size limit; here only what a segment can physically hold.
+        batches = self._validate(records, self.config.segment_bytes)
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
@@ -349,9 +353,9 @@ class LogTablet:
         self._after_append(expected)
         return AppendResult(first, expected - 1, max_ts, record_count)
 
-    def _validate(self, records: bytes | bytearray | memoryview) -> list[tuple[int, LogBatchHeader]]:
+    @staticmethod
+    def _validate(records: bytes | bytearray | memoryview, limit: int) -> list[tuple[int, LogBatchHeader]]:
         """Parse and check every batch header and CRC; raises before anything is written."""
-        limit = self.config.batch_size_limit
         end = len(records)
         batches: list[tuple[int, LogBatchHeader]] = []
         pos = 0
@@ -538,6 +542,7 @@ class LogTablet:
             self._segments.pop().delete()
             self._bases.pop()
         self._segments[-1].truncate_to(offset)
+        self._segments[-1].persist_indexes()  # so a crash cannot pair the cut log with stale indexes
         leo = self.log_end_offset
         self._max_timestamp = max(s.max_timestamp for s in self._segments)
         self.recovery_point = min(self.recovery_point, leo)

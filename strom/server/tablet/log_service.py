@@ -1,0 +1,258 @@
+"""The log APIs of a tablet server: InitWriter, ProduceLog, FetchLog (long-poll, projection),
+ListOffsets and LimitScan on log tables.
+
+Produce stores the client's batch bytes as received (only base offset and commit timestamp are patched,
+outside the CRC); a fetch returns stored bytes and decodes Arrow only to project columns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from strom.common.errors import (
+    FlussError,
+    InvalidColumnProjectionError,
+    InvalidRequiredAcksError,
+    InvalidTimestampError,
+    SchemaNotExistError,
+)
+from strom.common.table_bucket import TableBucket
+from strom.record.arrow_batch import project_arrow_batch
+from strom.record.log_batch import iter_batches
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext
+from strom.server.tablet.replica_manager import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+EARLIEST_OFFSET = -2  # FetchLog's "from the log start"
+OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP = 0, 1, 2
+
+
+def _bucket_of(table_id: int, entry: object) -> TableBucket:
+    partition = entry.partition_id if entry.HasField("partition_id") else None  # type: ignore[attr-defined]
+    return TableBucket(table_id, partition, entry.bucket_id)  # type: ignore[attr-defined]
+
+
+def _set_error(target: object, error: FlussError) -> None:
+    target.error_code = error.code  # type: ignore[attr-defined]
+    target.error_message = error.message  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class _Projection:
+    arrow_schema: pa.Schema
+    columns: tuple[int, ...]
+
+
+class LogService:
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    # ---- writes
+
+    async def init_writer(self, request: pb.InitWriterRequest, ctx: RequestContext) -> pb.InitWriterResponse:
+        # Random 62-bit ids are unique in practice without a round trip to the coordinator.
+        return pb.InitWriterResponse(writer_id=secrets.randbits(62))
+
+    async def produce_log(self, request: pb.ProduceLogRequest, ctx: RequestContext) -> pb.ProduceLogResponse:
+        if request.acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
+        response = pb.ProduceLogResponse()
+        for entry in request.buckets_req:
+            bucket = _bucket_of(request.table_id, entry)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if entry.HasField("partition_id"):
+                result.partition_id = entry.partition_id
+            try:
+                replica = self.replicas.leader_replica(bucket)
+                tablet = replica.log_tablet()
+                self._check_schema_ids(replica, entry.records)
+                appended = tablet.append_as_leader(entry.records)
+                # One replica: the append is committed as soon as it is written. Followers extend this.
+                tablet.update_high_watermark(tablet.log_end_offset)
+                replica.notify_appended()
+                result.base_offset = appended.first_offset
+            except FlussError as e:
+                _set_error(result, e)
+        return response
+
+    @staticmethod
+    def _check_schema_ids(replica: Replica, records: bytes) -> None:
+        known = replica.table_info.schema_id
+        for _, header in iter_batches(records):
+            if header.schema_id != known:
+                raise SchemaNotExistError(
+                    f"record batch has schema id {header.schema_id}, but table "
+                    f"'{replica.database}.{replica.table}' has schema id {known}"
+                )
+
+    # ---- reads
+
+    def _projection(self, replica: Replica, table_req: pb.PbFetchLogReqForTable) -> _Projection | None:
+        if not table_req.projection_pushdown_enabled:
+            return None
+        schema = replica.arrow_schema()
+        columns = tuple(table_req.projected_fields)
+        n = len(schema)
+        if not columns or any(c < 0 or c >= n for c in columns) or list(columns) != sorted(set(columns)):
+            raise InvalidColumnProjectionError(
+                f"projected fields {list(columns)} of table '{replica.database}.{replica.table}' must be "
+                f"distinct ascending column indexes in [0, {n})"
+            )
+        if columns == tuple(range(n)):
+            return None
+        return _Projection(schema, columns)
+
+    def _read_bucket(
+        self,
+        replica: Replica,
+        fetch_offset: int,
+        max_bytes: int,
+        projection: _Projection | None,
+        result: pb.PbFetchLogRespForBucket,
+    ) -> int:
+        tablet = replica.log_tablet()
+        if fetch_offset == EARLIEST_OFFSET:
+            fetch_offset = tablet.log_start_offset
+        fetched = tablet.read(fetch_offset, max_bytes, max_offset=tablet.high_watermark)
+        result.high_watermark = fetched.high_watermark
+        result.log_start_offset = fetched.log_start_offset
+        records = fetched.records
+        if projection is not None and records:
+            records = b"".join(
+                project_arrow_batch(records, pos, header, projection.arrow_schema, projection.columns)
+                for pos, header in iter_batches(records)
+            )
+        if records:
+            result.records = records
+        return len(records)
+
+    async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
+        max_wait = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
+        min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
+        deadline = time.monotonic() + max_wait
+        while True:
+            response, total, waiting_on = self._fetch_once(request)
+            remaining = deadline - time.monotonic()
+            if total >= min_bytes or remaining <= 0 or not waiting_on:
+                return response
+            # Long-poll: hold an empty fetch until data arrives or max_wait_ms passes, so clients do
+            # not spin (the official client sends 500 ms and would otherwise loop thousands of times).
+            waiter = asyncio.get_running_loop().create_future()
+            for replica in waiting_on:
+                replica.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                for replica in waiting_on:
+                    if waiter in replica.waiters:
+                        replica.waiters.remove(waiter)
+
+    def _fetch_once(self, request: pb.FetchLogRequest) -> tuple[pb.FetchLogResponse, int, list[Replica]]:
+        response = pb.FetchLogResponse()
+        total = 0
+        budget = request.max_bytes if request.max_bytes > 0 else 16 * 1024 * 1024
+        waiting_on: list[Replica] = []
+        for table_req in request.tables_req:
+            table_resp = response.tables_resp.add(table_id=table_req.table_id)
+            projection: _Projection | None = None
+            projection_error: FlussError | None = None
+            projection_done = False
+            for entry in table_req.buckets_req:
+                bucket = _bucket_of(table_req.table_id, entry)
+                result = table_resp.buckets_resp.add(bucket_id=entry.bucket_id)
+                if entry.HasField("partition_id"):
+                    result.partition_id = entry.partition_id
+                try:
+                    replica = self.replicas.leader_replica(bucket)
+                    if not projection_done:
+                        projection_done = True
+                        try:
+                            projection = self._projection(replica, table_req)
+                        except FlussError as e:
+                            projection_error = e
+                    if projection_error is not None:
+                        raise projection_error
+                    size = self._read_bucket(
+                        replica, entry.fetch_offset, min(entry.max_fetch_bytes, budget), projection, result
+                    )
+                    budget = max(0, budget - size)
+                    total += size
+                    if size == 0:
+                        waiting_on.append(replica)
+                except FlussError as e:
+                    _set_error(result, e)
+        return response, total, waiting_on
+
+    async def list_offsets(
+        self, request: pb.ListOffsetsRequest, ctx: RequestContext
+    ) -> pb.ListOffsetsResponse:
+        response = pb.ListOffsetsResponse()
+        partition = request.partition_id if request.HasField("partition_id") else None
+        for bucket_id in request.bucket_id:
+            result = response.buckets_resp.add(bucket_id=bucket_id)
+            try:
+                replica = self.replicas.leader_replica(TableBucket(request.table_id, partition, bucket_id))
+                tablet = replica.log_tablet()
+                if request.offset_type == OFFSET_EARLIEST:
+                    result.offset = tablet.log_start_offset
+                elif request.offset_type == OFFSET_LATEST:
+                    result.offset = tablet.high_watermark
+                elif request.offset_type == OFFSET_TIMESTAMP:
+                    if not request.HasField("startTimestamp"):
+                        raise InvalidTimestampError("ListOffsets by timestamp needs a timestamp")
+                    found = tablet.offset_for_timestamp(request.startTimestamp)
+                    # No batch at or after the timestamp: the next offset to be written.
+                    result.offset = (
+                        min(found, tablet.high_watermark) if found is not None else tablet.high_watermark
+                    )
+                else:
+                    raise InvalidTimestampError(f"unknown offset type {request.offset_type}")
+            except FlussError as e:
+                _set_error(result, e)
+        return response
+
+    async def limit_scan(self, request: pb.LimitScanRequest, ctx: RequestContext) -> pb.LimitScanResponse:
+        partition = request.partition_id if request.HasField("partition_id") else None
+        response = pb.LimitScanResponse(is_log_table=True)
+        try:
+            replica = self.replicas.leader_replica(
+                TableBucket(request.table_id, partition, request.bucket_id)
+            )
+            tablet = replica.log_tablet()
+            end = tablet.high_watermark
+            start = max(tablet.log_start_offset, end - max(request.limit, 0))
+            chunks: list[bytes] = []
+            offset = start
+            while offset < end:
+                fetched = tablet.read(offset, 8 * 1024 * 1024, max_offset=end)
+                if not fetched.records:
+                    break
+                chunks.append(fetched.records)
+                last = None
+                for _, header in iter_batches(fetched.records):
+                    last = header
+                assert last is not None
+                offset = last.next_offset
+            if chunks:
+                response.records = b"".join(chunks)
+        except FlussError as e:
+            response.error_code = e.code
+            response.error_message = e.message
+        return response
+
+
+def wake(waiters: Iterable[asyncio.Future[None]]) -> None:
+    for waiter in waiters:
+        if not waiter.done():
+            waiter.set_result(None)
