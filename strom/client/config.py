@@ -506,4 +506,3 @@ def _idempotence_conflict(acks: str, retries: int) -> bool:
         return _acks_value(acks) != -1 or retries == 0
     except ClientConfigError:
         return False  # the bad value itself is reported by validation
-

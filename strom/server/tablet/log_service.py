@@ -23,8 +23,9 @@ from strom.common.errors import (
     InvalidTimestampError,
     SchemaNotExistError,
 )
+from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.table_bucket import TableBucket
-from strom.record.arrow_batch import project_arrow_batch
+from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.log_batch import iter_batches
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
@@ -50,6 +51,13 @@ def _set_error(target: object, error: FlussError) -> None:
 class _Projection:
     arrow_schema: pa.Schema
     columns: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _TableRead:
+    arrow_schema: pa.Schema
+    projection: _Projection | None
+    batch_filter: BatchFilter | None
 
 
 class LogService:
@@ -96,29 +104,36 @@ class LogService:
 
     # ---- reads
 
-    def _projection(self, replica: Replica, table_req: pb.PbFetchLogReqForTable) -> _Projection | None:
-        if not table_req.projection_pushdown_enabled:
-            return None
+    def _table_read(self, replica: Replica, table_req: pb.PbFetchLogReqForTable) -> _TableRead:
+        """Projection and filter of one table in a fetch, checked against the table's schema."""
         schema = replica.arrow_schema()
-        columns = tuple(table_req.projected_fields)
-        n = len(schema)
-        if not columns or any(c < 0 or c >= n for c in columns) or list(columns) != sorted(set(columns)):
-            raise InvalidColumnProjectionError(
-                f"projected fields {list(columns)} of table '{replica.database}.{replica.table}' must be "
-                f"distinct ascending column indexes in [0, {n})"
-            )
-        if columns == tuple(range(n)):
-            return None
-        return _Projection(schema, columns)
+        projection: _Projection | None = None
+        if table_req.projection_pushdown_enabled:
+            columns = tuple(table_req.projected_fields)
+            n = len(schema)
+            if not columns or any(c < 0 or c >= n for c in columns) or list(columns) != sorted(set(columns)):
+                raise InvalidColumnProjectionError(
+                    f"projected fields {list(columns)} of table '{replica.database}.{replica.table}' must "
+                    f"be distinct ascending column indexes in [0, {n})"
+                )
+            if columns != tuple(range(n)):
+                projection = _Projection(schema, columns)
+        batch_filter: BatchFilter | None = None
+        if table_req.HasField("filter_predicate"):
+            table_schema = replica.table_info.schema
+            column_of_field = {c.column_id: i for i, c in enumerate(table_schema.columns)}
+            batch_filter = BatchFilter(predicate_from_pb(table_req.filter_predicate), column_of_field)
+        return _TableRead(schema, projection, batch_filter)
 
     def _read_bucket(
         self,
         replica: Replica,
         fetch_offset: int,
         max_bytes: int,
-        projection: _Projection | None,
+        plan: _TableRead,
         result: pb.PbFetchLogRespForBucket,
     ) -> int:
+        """Fills one bucket's answer; returns the bytes scanned in the log (for min_bytes)."""
         tablet = replica.log_tablet()
         if fetch_offset == EARLIEST_OFFSET:
             fetch_offset = tablet.log_start_offset
@@ -126,14 +141,30 @@ class LogService:
         result.high_watermark = fetched.high_watermark
         result.log_start_offset = fetched.log_start_offset
         records = fetched.records
-        if projection is not None and records:
-            records = b"".join(
-                project_arrow_batch(records, pos, header, projection.arrow_schema, projection.columns)
-                for pos, header in iter_batches(records)
-            )
+        if records and (plan.projection is not None or plan.batch_filter is not None):
+            kept: list[bytes] = []
+            skipped = False
+            scanned_end = fetch_offset
+            for pos, header in iter_batches(records):
+                scanned_end = header.next_offset
+                if plan.batch_filter is not None:
+                    batch, _ = decode_arrow_batch(records, pos, header, plan.arrow_schema)
+                    if not plan.batch_filter.may_match(batch):
+                        skipped = True
+                        continue
+                if plan.projection is not None:
+                    kept.append(
+                        project_arrow_batch(records, pos, header, plan.arrow_schema, plan.projection.columns)
+                    )
+                else:
+                    kept.append(records[pos : pos + header.size])
+            if skipped:
+                # lets the client move past batches the filter pruned
+                result.filtered_end_offset = scanned_end
+            records = b"".join(kept)
         if records:
             result.records = records
-        return len(records)
+        return len(fetched.records)
 
     async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
         max_wait = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
@@ -165,9 +196,8 @@ class LogService:
         waiting_on: list[Replica] = []
         for table_req in request.tables_req:
             table_resp = response.tables_resp.add(table_id=table_req.table_id)
-            projection: _Projection | None = None
-            projection_error: FlussError | None = None
-            projection_done = False
+            plan: _TableRead | None = None
+            plan_error: FlussError | None = None
             for entry in table_req.buckets_req:
                 bucket = _bucket_of(table_req.table_id, entry)
                 result = table_resp.buckets_resp.add(bucket_id=entry.bucket_id)
@@ -175,22 +205,23 @@ class LogService:
                     result.partition_id = entry.partition_id
                 try:
                     replica = self.replicas.leader_replica(bucket)
-                    if not projection_done:
-                        projection_done = True
+                    if plan is None and plan_error is None:
                         try:
-                            projection = self._projection(replica, table_req)
+                            plan = self._table_read(replica, table_req)
                         except FlussError as e:
-                            projection_error = e
-                    if projection_error is not None:
-                        raise projection_error
+                            plan_error = e
+                    if plan_error is not None:
+                        raise plan_error
+                    assert plan is not None
                     size = self._read_bucket(
-                        replica, entry.fetch_offset, min(entry.max_fetch_bytes, budget), projection, result
+                        replica, entry.fetch_offset, min(entry.max_fetch_bytes, budget), plan, result
                     )
                     budget = max(0, budget - size)
                     total += size
                     if size == 0:
                         waiting_on.append(replica)
                 except FlussError as e:
+                    log.debug("fetch of %s failed: %s", bucket, e)
                     _set_error(result, e)
         return response, total, waiting_on
 

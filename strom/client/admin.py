@@ -1,0 +1,417 @@
+"""The admin API: databases, tables, partitions, servers, snapshots and offsets.
+
+Like the official Python client, every admin call goes to the coordinator; ListOffsets goes to the
+leader of each bucket. Errors the server sends surface as the matching `FlussError` subclass with
+the server's message.
+
+Retries follow Fluss's rule that a mutation must not be repeated once it may have reached the
+server (its reply may have been lost after it took effect): a call that could not be sent because
+the coordinator was unreachable is retried, after bootstrapping again, for every API; a read-only
+call is also retried when its connection broke or timed out after sending. Errors the coordinator
+answers with are never retried here. Retries back off exponentially (100 ms up to 1 s) and stop
+once ``client.request-timeout`` has passed since the call began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from google.protobuf.message import Message
+
+from strom.client.backoff import REQUEST_BACKOFF
+from strom.client.cluster import ServerNode
+from strom.client.config import ClientConfig
+from strom.client.metadata import MetadataCache
+from strom.client.offset_spec import OffsetSpec, OffsetType
+from strom.client.snapshots import KvSnapshots, LakeSnapshot
+from strom.common.errors import (
+    FlussError,
+    LeaderNotAvailableError,
+    NetworkError,
+    PartitionNotExistError,
+    RequestTimeoutError,
+    SchemaNotExistError,
+    UnknownServerError,
+    error_for_code,
+)
+from strom.common.partition import PartitionSpec
+from strom.common.schema import Schema
+from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import DatabaseDescriptor, DatabaseInfo, TableDescriptor, TableInfo
+from strom.common.table_path import PARTITION_SEPARATOR, PhysicalTablePath, TablePath
+from strom.rpc.api import ApiKey
+from strom.rpc.client import ConnectionPool
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+# ListOffsets' `follower_server_id` for requests from clients.
+CLIENT_REPLICA_ID = -1
+
+TablePathLike = TablePath | str
+
+
+class SchemaInfo(NamedTuple):
+    schema_id: int
+    schema: Schema
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition_id: int
+    partition_name: str
+    spec: PartitionSpec
+    remote_data_dir: str | None = None
+
+
+def as_table_path(path: TablePathLike) -> TablePath:
+    """A TablePath, or ``"db.table"`` (a bare name lands in the default database ``fluss``)."""
+    return path if isinstance(path, TablePath) else TablePath.parse(path)
+
+
+def _set_path(target: Any, path: TablePath) -> None:
+    target.database_name = path.database_name
+    target.table_name = path.table_name
+
+
+def _set_spec(target: pb.PbPartitionSpec, spec: Mapping[str, str]) -> None:
+    for key, value in spec.items():
+        target.partition_key_values.add(key=str(key), value=str(value))
+
+
+class Admin:
+    """Administration of one cluster; get it from `Connection.get_admin()`."""
+
+    def __init__(self, metadata: MetadataCache, pool: ConnectionPool, config: ClientConfig) -> None:
+        self._metadata = metadata
+        self._pool = pool
+        self._timeout = config.request_timeout.total_seconds()
+
+    # ------------------------------------------------------------------ calls to the coordinator
+
+    def _may_retry(self, deadline: float, attempt: int) -> bool:
+        """Whether a retry after this attempt's backoff still starts within client.request-timeout."""
+        loop = asyncio.get_running_loop()
+        return loop.time() + REQUEST_BACKOFF.delay(attempt) < deadline
+
+    async def _call(self, key: ApiKey, request: Message, *, read_only: bool) -> Any:
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        attempt = 0
+        while True:
+            sent = False
+            try:
+                node = await self._metadata.coordinator_node()
+                connection = await self._pool.get(node.host, node.port)
+                sent = True
+                return await connection.request(key, request, timeout=self._timeout)
+            except (NetworkError, RequestTimeoutError) as e:
+                if (sent and not read_only) or not self._may_retry(deadline, attempt):
+                    raise
+                log.info("%s failed (%s); retrying after bootstrapping again", key.name, e)
+            await REQUEST_BACKOFF.sleep(attempt)
+            attempt += 1
+            # The coordinator may have restarted elsewhere; the next attempt asks the bootstrap servers.
+            with contextlib.suppress(FlussError):
+                await self._metadata.bootstrap()
+
+    # ------------------------------------------------------------------ databases
+
+    async def create_database(
+        self,
+        database_name: str,
+        descriptor: DatabaseDescriptor | None = None,
+        ignore_if_exists: bool = False,
+    ) -> None:
+        request = pb.CreateDatabaseRequest(database_name=database_name, ignore_if_exists=ignore_if_exists)
+        if descriptor is not None:
+            request.database_json = descriptor.to_json_bytes()
+        await self._call(ApiKey.CREATE_DATABASE, request, read_only=False)
+
+    async def drop_database(
+        self, database_name: str, ignore_if_not_exists: bool = False, cascade: bool = True
+    ) -> None:
+        request = pb.DropDatabaseRequest(
+            database_name=database_name, ignore_if_not_exists=ignore_if_not_exists, cascade=cascade
+        )
+        await self._call(ApiKey.DROP_DATABASE, request, read_only=False)
+        for path in [p for p in self._metadata.cluster.tables if p.database_name == database_name]:
+            self._metadata.forget_table(path)
+
+    async def list_databases(self) -> list[str]:
+        response = await self._call(ApiKey.LIST_DATABASES, pb.ListDatabasesRequest(), read_only=True)
+        return list(response.database_name)
+
+    async def database_exists(self, database_name: str) -> bool:
+        request = pb.DatabaseExistsRequest(database_name=database_name)
+        response = await self._call(ApiKey.DATABASE_EXISTS, request, read_only=True)
+        return bool(response.exists)
+
+    async def get_database_info(self, database_name: str) -> DatabaseInfo:
+        request = pb.GetDatabaseInfoRequest(database_name=database_name)
+        response = await self._call(ApiKey.GET_DATABASE_INFO, request, read_only=True)
+        try:
+            descriptor = DatabaseDescriptor.from_json_bytes(response.database_json)
+        except ValueError as e:
+            raise UnknownServerError(f"Unreadable descriptor of database '{database_name}': {e}") from e
+        return DatabaseInfo(database_name, descriptor, response.created_time, response.modified_time)
+
+    # ------------------------------------------------------------------ tables
+
+    async def create_table(
+        self, table_path: TablePathLike, descriptor: TableDescriptor, ignore_if_exists: bool = False
+    ) -> None:
+        path = as_table_path(table_path)
+        request = pb.CreateTableRequest(
+            table_json=descriptor.to_json_bytes(), ignore_if_exists=ignore_if_exists
+        )
+        _set_path(request.table_path, path)
+        await self._call(ApiKey.CREATE_TABLE, request, read_only=False)
+
+    async def drop_table(self, table_path: TablePathLike, ignore_if_not_exists: bool = False) -> None:
+        path = as_table_path(table_path)
+        request = pb.DropTableRequest(ignore_if_not_exists=ignore_if_not_exists)
+        _set_path(request.table_path, path)
+        await self._call(ApiKey.DROP_TABLE, request, read_only=False)
+        self._metadata.forget_table(path)
+
+    async def list_tables(self, database_name: str) -> list[str]:
+        request = pb.ListTablesRequest(database_name=database_name)
+        response = await self._call(ApiKey.LIST_TABLES, request, read_only=True)
+        return list(response.table_name)
+
+    async def table_exists(self, table_path: TablePathLike) -> bool:
+        request = pb.TableExistsRequest()
+        _set_path(request.table_path, as_table_path(table_path))
+        response = await self._call(ApiKey.TABLE_EXISTS, request, read_only=True)
+        return bool(response.exists)
+
+    async def get_table_info(self, table_path: TablePathLike) -> TableInfo:
+        path = as_table_path(table_path)
+        request = pb.GetTableInfoRequest()
+        _set_path(request.table_path, path)
+        response = await self._call(ApiKey.GET_TABLE_INFO, request, read_only=True)
+        try:
+            info = TableInfo(
+                path,
+                response.table_id,
+                response.schema_id,
+                TableDescriptor.from_json_bytes(response.table_json),
+                response.created_time,
+                response.modified_time,
+                response.remote_data_dir if response.HasField("remote_data_dir") else None,
+            )
+        except ValueError as e:
+            raise UnknownServerError(f"Unreadable descriptor of table '{path}': {e}") from e
+        # Keep the cache no staler than what the caller just saw.
+        self._metadata.remember_table_info(info)
+        return info
+
+    async def get_table_schema(self, table_path: TablePathLike, schema_id: int | None = None) -> SchemaInfo:
+        """The table's schema with the given id, or its latest schema."""
+        path = as_table_path(table_path)
+        request = pb.GetTableSchemaRequest()
+        _set_path(request.table_path, path)
+        if schema_id is not None:
+            request.schema_id = schema_id
+        response = await self._call(ApiKey.GET_TABLE_SCHEMA, request, read_only=True)
+        if schema_id is not None and response.schema_id != schema_id:
+            raise SchemaNotExistError(
+                f"Asked for schema {schema_id} of table '{path}' but got schema {response.schema_id}."
+            )
+        try:
+            schema = Schema.from_json_bytes(response.schema_json)
+        except ValueError as e:
+            raise UnknownServerError(f"Unreadable schema {response.schema_id} of '{path}': {e}") from e
+        return SchemaInfo(response.schema_id, schema)
+
+    # ------------------------------------------------------------------ partitions
+
+    async def list_partition_infos(
+        self, table_path: TablePathLike, partial_spec: Mapping[str, str] | None = None
+    ) -> list[PartitionInfo]:
+        """The partitions of a partitioned table, optionally only those matching some key values."""
+        request = pb.ListPartitionInfosRequest()
+        _set_path(request.table_path, as_table_path(table_path))
+        if partial_spec is not None:
+            _set_spec(request.partial_partition_spec, partial_spec)
+        response = await self._call(ApiKey.LIST_PARTITION_INFOS, request, read_only=True)
+        result: list[PartitionInfo] = []
+        for info in response.partitions_info:
+            spec = PartitionSpec(tuple((kv.key, kv.value) for kv in info.partition_spec.partition_key_values))
+            result.append(
+                PartitionInfo(
+                    info.partition_id,
+                    PARTITION_SEPARATOR.join(v for _, v in spec.pairs),
+                    spec,
+                    info.remote_data_dir if info.HasField("remote_data_dir") else None,
+                )
+            )
+        return result
+
+    async def create_partition(
+        self, table_path: TablePathLike, partition_spec: Mapping[str, str], ignore_if_exists: bool = False
+    ) -> None:
+        request = pb.CreatePartitionRequest(ignore_if_not_exists=ignore_if_exists)  # Fluss's field name
+        _set_path(request.table_path, as_table_path(table_path))
+        _set_spec(request.partition_spec, partition_spec)
+        await self._call(ApiKey.CREATE_PARTITION, request, read_only=False)
+
+    async def drop_partition(
+        self,
+        table_path: TablePathLike,
+        partition_spec: Mapping[str, str],
+        ignore_if_not_exists: bool = False,
+    ) -> None:
+        path = as_table_path(table_path)
+        request = pb.DropPartitionRequest(ignore_if_not_exists=ignore_if_not_exists)
+        _set_path(request.table_path, path)
+        _set_spec(request.partition_spec, partition_spec)
+        await self._call(ApiKey.DROP_PARTITION, request, read_only=False)
+        info = self._metadata.table_info(path)
+        if info is not None and all(k in partition_spec for k in info.partition_keys):
+            name = PARTITION_SEPARATOR.join(str(partition_spec[k]) for k in info.partition_keys)
+            self._metadata.forget_partition(path, name)
+
+    # ------------------------------------------------------------------ cluster
+
+    async def get_server_nodes(self) -> list[ServerNode]:
+        """The coordinator and the live tablet servers, freshly asked of the bootstrap servers."""
+        cluster = await self._metadata.bootstrap()
+        return cluster.server_nodes()
+
+    # ------------------------------------------------------------------ snapshots
+
+    async def get_latest_lake_snapshot(self, table_path: TablePathLike) -> LakeSnapshot:
+        """The table's latest lake snapshot; LakeSnapshotNotExistError when it has none yet."""
+        request = pb.GetLakeSnapshotRequest()
+        _set_path(request.table_path, as_table_path(table_path))
+        response = await self._call(ApiKey.GET_LAKE_SNAPSHOT, request, read_only=True)
+        return LakeSnapshot.from_pb(response)
+
+    async def get_latest_kv_snapshots(
+        self, table_path: TablePathLike, partition_name: str | None = None
+    ) -> KvSnapshots:
+        """The latest KV snapshot of every bucket of a primary-key table (or one of its partitions)."""
+        request = pb.GetLatestKvSnapshotsRequest()
+        _set_path(request.table_path, as_table_path(table_path))
+        if partition_name is not None:
+            request.partition_name = partition_name
+        response = await self._call(ApiKey.GET_LATEST_KV_SNAPSHOTS, request, read_only=True)
+        return KvSnapshots.from_pb(response)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def list_offsets(
+        self,
+        table_path: TablePathLike,
+        bucket_ids: Iterable[int],
+        offset_spec: OffsetSpec,
+        partition_name: str | None = None,
+    ) -> dict[int, int]:
+        """Offsets of buckets of a table (or of one partition): bucket id -> offset.
+
+        Each bucket's leader answers for it. Buckets whose leader is unknown, moved or gone are
+        retried after a metadata refresh.
+        """
+        path = as_table_path(table_path)
+        buckets = sorted(set(bucket_ids))
+        if not buckets:
+            raise ValueError("Buckets are empty.")
+        # Fresh leaders first, as Fluss's client does.
+        partition_paths = [PhysicalTablePath(path, partition_name)] if partition_name is not None else []
+        cluster = await self._metadata.update(table_paths=[path], partition_paths=partition_paths)
+        info = cluster.table_info(path)
+        if info is None:
+            raise UnknownServerError(f"The metadata reply did not describe table '{path}'.")
+        partition_id: int | None = None
+        if partition_name is not None:
+            partition_id = cluster.partition_id(PhysicalTablePath(path, partition_name))
+            if partition_id is None:
+                raise PartitionNotExistError(
+                    f"Partition '{partition_name}' of table '{path}' does not exist."
+                )
+        out_of_range = [b for b in buckets if not 0 <= b < info.bucket_count]
+        if out_of_range:
+            raise ValueError(f"Table '{path}' has {info.bucket_count} buckets; no bucket {out_of_range}.")
+
+        results: dict[int, int] = {}
+        pending = set(buckets)
+        last: FlussError | None = None
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        attempt = 0
+        while True:
+            by_leader: dict[int, tuple[ServerNode, list[int]]] = {}
+            for bucket in sorted(pending):
+                leader = self._metadata.leader_for(TableBucket(info.table_id, partition_id, bucket))
+                if leader is None:
+                    last = LeaderNotAvailableError(
+                        f"No leader for bucket {bucket} of table '{path}'"
+                        + (f" partition '{partition_name}'." if partition_name else ".")
+                    )
+                    continue
+                by_leader.setdefault(leader.id, (leader, []))[1].append(bucket)
+            answers = await asyncio.gather(
+                *(
+                    self._list_offsets_on(node, info.table_id, partition_id, ids, offset_spec)
+                    for node, ids in by_leader.values()
+                ),
+                return_exceptions=True,
+            )
+            for (node, _), answer in zip(by_leader.values(), answers, strict=True):
+                if isinstance(answer, BaseException):
+                    if not isinstance(answer, FlussError) or not answer.retriable:
+                        raise answer
+                    last = answer
+                    self._metadata.invalidate(server_id=node.id)
+                    continue
+                for bucket_response in answer.buckets_resp:
+                    bucket = bucket_response.bucket_id
+                    if bucket_response.HasField("error_code") and bucket_response.error_code != 0:
+                        message = bucket_response.error_message or None
+                        error = error_for_code(bucket_response.error_code, message)
+                        if not error.retriable:
+                            raise error
+                        last = error
+                        continue
+                    if bucket in pending:
+                        results[bucket] = bucket_response.offset
+                        pending.discard(bucket)
+            if not pending:
+                return results
+            if not self._may_retry(deadline, attempt):
+                raise last or UnknownServerError(f"No offsets for buckets {sorted(pending)} of '{path}'.")
+            await REQUEST_BACKOFF.sleep(attempt)
+            attempt += 1
+            try:
+                await self._metadata.refresh_leaders(path, partition_id)
+            except FlussError as e:
+                if not e.retriable:
+                    raise
+                last = e
+
+    async def _list_offsets_on(
+        self,
+        node: ServerNode,
+        table_id: int,
+        partition_id: int | None,
+        bucket_ids: list[int],
+        spec: OffsetSpec,
+    ) -> pb.ListOffsetsResponse:
+        request = pb.ListOffsetsRequest(
+            follower_server_id=CLIENT_REPLICA_ID, offset_type=int(spec.type), table_id=table_id
+        )
+        if partition_id is not None:
+            request.partition_id = partition_id
+        request.bucket_id.extend(bucket_ids)
+        if spec.type == OffsetType.TIMESTAMP:
+            assert spec.timestamp_ms is not None
+            request.startTimestamp = spec.timestamp_ms
+        response: pb.ListOffsetsResponse = await self._pool.request(
+            node.host, node.port, ApiKey.LIST_OFFSETS, request, timeout=self._timeout
+        )
+        return response

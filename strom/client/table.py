@@ -1,0 +1,57 @@
+"""A handle on one table of a connection: its TableInfo, from which writers, scanners and lookupers start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from strom.common.schema import Schema
+from strom.common.table_descriptor import TableInfo
+from strom.common.table_path import TablePath
+
+if TYPE_CHECKING:
+    from strom.client.connection import Connection
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table as it was when `Connection.get_table` fetched it.
+
+    Writers, scanners and lookupers hang off this value (``new_append()``, ``new_upsert()``,
+    ``new_scan()``, ``new_lookup()``); they use `connection` for the metadata cache, the connection
+    pool and the client configuration, and `info` for the schema, buckets and table options.
+    """
+
+    connection: Connection
+    info: TableInfo
+
+    @property
+    def path(self) -> TablePath:
+        return self.info.table_path
+
+    @property
+    def table_id(self) -> int:
+        return self.info.table_id
+
+    @property
+    def schema(self) -> Schema:
+        return self.info.schema
+
+    @property
+    def schema_id(self) -> int:
+        return self.info.schema_id
+
+    @property
+    def has_primary_key(self) -> bool:
+        return self.info.has_primary_key
+
+    @property
+    def is_partitioned(self) -> bool:
+        return self.info.is_partitioned
+
+    @property
+    def bucket_count(self) -> int:
+        return self.info.bucket_count
+
+    def __repr__(self) -> str:
+        return f"Table({self.path}, id={self.table_id}, schema_id={self.schema_id})"

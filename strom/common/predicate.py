@@ -1,0 +1,220 @@
+"""Row predicates pushed down with FetchLog (Fluss's `PbPredicate`), evaluated on Arrow batches.
+
+A predicate names columns by their schema column id. The server uses it only to skip batches that
+cannot match (the client filters rows again), so evaluation is conservative: a batch is kept when
+any row may match.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from strom.common.errors import InvalidScanRequestError
+
+
+class LeafFunction(enum.IntEnum):
+    EQUAL = 0
+    NOT_EQUAL = 1
+    LESS_THAN = 2
+    LESS_OR_EQUAL = 3
+    GREATER_THAN = 4
+    GREATER_OR_EQUAL = 5
+    IS_NULL = 6
+    IS_NOT_NULL = 7
+    STARTS_WITH = 8
+    CONTAINS = 9
+    ENDS_WITH = 10
+    IN = 11
+    NOT_IN = 12
+
+
+class CompoundFunction(enum.IntEnum):
+    AND = 0
+    OR = 1
+
+
+class LiteralType(enum.IntEnum):
+    BOOLEAN = 0
+    TINYINT = 1
+    SMALLINT = 2
+    INT = 3
+    BIGINT = 4
+    FLOAT = 5
+    DOUBLE = 6
+    CHAR = 7
+    VARCHAR = 8
+    DECIMAL = 9
+    DATE = 10
+    TIME = 11
+    TIMESTAMP = 12
+    TIMESTAMP_LTZ = 13
+    BINARY = 14
+    BYTES = 15
+
+
+@dataclass(frozen=True, slots=True)
+class Leaf:
+    function: LeafFunction
+    field_id: int
+    literals: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Compound:
+    function: CompoundFunction
+    children: tuple[Predicate, ...]
+
+
+Predicate = Leaf | Compound
+
+_EPOCH = dt.date(1970, 1, 1)
+_UTC = dt.UTC
+
+
+def _literal_from_pb(literal: Any) -> Any:
+    if literal.is_null:
+        return None
+    kind = LiteralType(literal.literal_type)
+    if kind == LiteralType.BOOLEAN:
+        return literal.boolean_value
+    if kind in (LiteralType.TINYINT, LiteralType.SMALLINT, LiteralType.INT):
+        return literal.int_value
+    if kind == LiteralType.BIGINT:
+        return literal.bigint_value
+    if kind == LiteralType.FLOAT:
+        return literal.float_value
+    if kind == LiteralType.DOUBLE:
+        return literal.double_value
+    if kind in (LiteralType.CHAR, LiteralType.VARCHAR):
+        return literal.string_value
+    if kind in (LiteralType.BINARY, LiteralType.BYTES):
+        return literal.binary_value
+    if kind == LiteralType.DATE:
+        return _EPOCH + dt.timedelta(days=literal.int_value)
+    if kind == LiteralType.TIME:
+        return (dt.datetime.min + dt.timedelta(milliseconds=literal.int_value)).time()
+    if kind == LiteralType.DECIMAL:
+        # the scale comes from the column; keep the unscaled value and scale later
+        if literal.HasField("decimal_bytes"):
+            return _Unscaled(int.from_bytes(literal.decimal_bytes, "big", signed=True))
+        return _Unscaled(literal.decimal_value)
+    if kind in (LiteralType.TIMESTAMP, LiteralType.TIMESTAMP_LTZ):
+        micros = literal.timestamp_millis_value * 1000 + literal.timestamp_nano_of_millis_value // 1000
+        moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
+        return moment.replace(tzinfo=_UTC) if kind == LiteralType.TIMESTAMP_LTZ else moment
+    raise InvalidScanRequestError(f"unsupported literal type {kind.name}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Unscaled:
+    value: int
+
+
+def predicate_from_pb(message: Any) -> Predicate:
+    """Decode a `PbPredicate`; malformed input raises InvalidScanRequestError."""
+    try:
+        if message.type == 0:
+            leaf = message.leaf
+            return Leaf(
+                LeafFunction(leaf.function),
+                leaf.field_id,
+                tuple(_literal_from_pb(lit) for lit in leaf.literals),
+            )
+        if message.type == 1:
+            compound = message.compound
+            return Compound(
+                CompoundFunction(compound.function),
+                tuple(predicate_from_pb(child) for child in compound.children),
+            )
+    except ValueError as e:
+        raise InvalidScanRequestError(f"invalid filter predicate: {e}") from None
+    raise InvalidScanRequestError(f"invalid filter predicate type {message.type}")
+
+
+def field_ids(predicate: Predicate) -> set[int]:
+    if isinstance(predicate, Leaf):
+        return {predicate.field_id}
+    return set().union(*(field_ids(c) for c in predicate.children))
+
+
+def _scalar(value: Any, arrow_type: pa.DataType) -> pa.Scalar:
+    if isinstance(value, _Unscaled):
+        assert pa.types.is_decimal(arrow_type)
+        value = decimal.Decimal(value.value).scaleb(-arrow_type.scale)
+    return pa.scalar(value, arrow_type)
+
+
+def _leaf_mask(leaf: Leaf, column: pa.Array) -> pa.Array:
+    f = leaf.function
+    if f == LeafFunction.IS_NULL:
+        return pc.is_null(column)
+    if f == LeafFunction.IS_NOT_NULL:
+        return pc.is_valid(column)
+    if f in (LeafFunction.IN, LeafFunction.NOT_IN):
+        values = pa.array(
+            [_scalar(v, column.type).as_py() for v in leaf.literals if v is not None], column.type
+        )
+        mask = pc.is_in(column, value_set=values)
+        return pc.invert(mask) if f == LeafFunction.NOT_IN else mask
+    if not leaf.literals or leaf.literals[0] is None:
+        return pa.nulls(len(column), pa.bool_())  # comparisons with NULL match nothing
+    literal = _scalar(leaf.literals[0], column.type)
+    if f == LeafFunction.EQUAL:
+        return pc.equal(column, literal)
+    if f == LeafFunction.NOT_EQUAL:
+        return pc.not_equal(column, literal)
+    if f == LeafFunction.LESS_THAN:
+        return pc.less(column, literal)
+    if f == LeafFunction.LESS_OR_EQUAL:
+        return pc.less_equal(column, literal)
+    if f == LeafFunction.GREATER_THAN:
+        return pc.greater(column, literal)
+    if f == LeafFunction.GREATER_OR_EQUAL:
+        return pc.greater_equal(column, literal)
+    pattern = literal.as_py()
+    if f == LeafFunction.STARTS_WITH:
+        return pc.starts_with(column, pattern)
+    if f == LeafFunction.ENDS_WITH:
+        return pc.ends_with(column, pattern)
+    if f == LeafFunction.CONTAINS:
+        return pc.match_substring(column, pattern)
+    raise InvalidScanRequestError(f"unsupported filter function {f.name}")
+
+
+class BatchFilter:
+    """Evaluates a predicate on batches of one schema, given the column index of each field id."""
+
+    def __init__(self, predicate: Predicate, column_of_field: dict[int, int]) -> None:
+        missing = field_ids(predicate) - set(column_of_field)
+        if missing:
+            raise InvalidScanRequestError(f"filter refers to unknown column ids {sorted(missing)}")
+        self.predicate = predicate
+        self.column_of_field = column_of_field
+
+    def mask(self, batch: pa.RecordBatch) -> pa.Array:
+        return self._mask(self.predicate, batch)
+
+    def _mask(self, predicate: Predicate, batch: pa.RecordBatch) -> pa.Array:
+        if isinstance(predicate, Leaf):
+            return _leaf_mask(predicate, batch.column(self.column_of_field[predicate.field_id]))
+        masks = [self._mask(child, batch) for child in predicate.children]
+        combine = pc.and_kleene if predicate.function == CompoundFunction.AND else pc.or_kleene
+        result = masks[0]
+        for m in masks[1:]:
+            result = combine(result, m)
+        return result
+
+    def may_match(self, batch: pa.RecordBatch) -> bool:
+        if batch.num_rows == 0:
+            return False
+        try:
+            return bool(pc.any(self.mask(batch)).as_py())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+            return True  # cannot evaluate (type mismatch): keep the batch, the client filters again
