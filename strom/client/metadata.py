@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from typing import Any
 
 from strom.client.backoff import BOOTSTRAP_BACKOFF
 from strom.client.cluster import Cluster, ServerNode
@@ -56,8 +57,8 @@ class MetadataCache:
         self.bootstrap_servers = list(bootstrap_servers)
         self.request_timeout = request_timeout
         self._cluster = Cluster()
-        self._inflight: dict[_RequestKey, asyncio.Future[None]] = {}
-        self._bootstrapping: asyncio.Future[None] | None = None
+        self._inflight: dict[_RequestKey, asyncio.Task[None]] = {}
+        self._bootstrapping: asyncio.Task[None] | None = None
 
     @property
     def cluster(self) -> Cluster:
@@ -92,22 +93,17 @@ class MetadataCache:
 
         Concurrent callers share one attempt. Table metadata already cached is kept.
         """
-        if self._bootstrapping is not None:
-            await asyncio.shield(self._bootstrapping)
-            return self._cluster
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._bootstrapping = future
-        try:
-            fresh = await self._bootstrap_once()
-            self._cluster = self._cluster.with_servers_of(fresh)
-            future.set_result(None)
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # mark retrieved: nobody else may be waiting
-            raise
-        finally:
-            self._bootstrapping = None
+        if self._bootstrapping is None:
+            self._bootstrapping = _shared_task(self._bootstrap_and_apply(), self._bootstrap_done)
+        await asyncio.shield(self._bootstrapping)
         return self._cluster
+
+    async def _bootstrap_and_apply(self) -> None:
+        fresh = await self._bootstrap_once()
+        self._cluster = self._cluster.with_servers_of(fresh)
+
+    def _bootstrap_done(self, task: asyncio.Task[None]) -> None:
+        self._bootstrapping = None
 
     async def _bootstrap_once(self) -> Cluster:
         errors: list[str] = []
@@ -172,33 +168,26 @@ class MetadataCache:
         Raises TableNotExistError / PartitionNotExistError when the server knows no such thing.
         """
         key: _RequestKey = (frozenset(table_paths), frozenset(partition_paths), frozenset(partition_ids))
-        waiting = self._inflight.get(key)
-        if waiting is not None:
-            await asyncio.shield(waiting)
-            return self._cluster
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
-        try:
-            request = pb.MetadataRequest()
-            for path in key[0]:
-                request.table_path.add(database_name=path.database_name, table_name=path.table_name)
-            for physical in key[1]:
-                request.partitions_path.add(
-                    database_name=physical.database_name,
-                    table_name=physical.table_name,
-                    partition_name=physical.partition_name,
-                )
-            request.partitions_id.extend(sorted(key[2]))
-            response = await self._send_metadata_request(request)
-            self._cluster = self._cluster.with_metadata(response)
-            future.set_result(None)
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()
-            raise
-        finally:
-            del self._inflight[key]
+        task = self._inflight.get(key)
+        if task is None:
+            task = _shared_task(self._update(key), lambda _: self._inflight.pop(key, None))
+            self._inflight[key] = task
+        await asyncio.shield(task)
         return self._cluster
+
+    async def _update(self, key: _RequestKey) -> None:
+        request = pb.MetadataRequest()
+        for path in key[0]:
+            request.table_path.add(database_name=path.database_name, table_name=path.table_name)
+        for physical in key[1]:
+            request.partitions_path.add(
+                database_name=physical.database_name,
+                table_name=physical.table_name,
+                partition_name=physical.partition_name,
+            )
+        request.partitions_id.extend(sorted(key[2]))
+        response = await self._send_metadata_request(request)
+        self._cluster = self._cluster.with_metadata(response)
 
     async def _send_metadata_request(self, request: pb.MetadataRequest) -> pb.MetadataResponse:
         tried_tablets: set[int] = set()
@@ -316,3 +305,18 @@ class MetadataCache:
 
     def forget_partition(self, path: TablePath, partition_name: str) -> None:
         self._cluster = self._cluster.without_partition(PhysicalTablePath(path, partition_name))
+
+
+def _shared_task(
+    work: Coroutine[Any, Any, None], on_done: Callable[[asyncio.Task[None]], object]
+) -> asyncio.Task[None]:
+    """Run `work` as its own task, so that a caller giving up does not cancel it for the others."""
+    task = asyncio.get_running_loop().create_task(work)
+
+    def done(t: asyncio.Task[None]) -> None:
+        on_done(t)
+        if not t.cancelled():
+            t.exception()  # retrieved here: every caller may have given up already
+
+    task.add_done_callback(done)
+    return task

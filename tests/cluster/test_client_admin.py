@@ -27,6 +27,7 @@ from strom.client import (
 )
 from strom.common import errors
 from strom.common.table_bucket import TableBucket
+from strom.rpc.api import ApiKey
 
 
 def run(cluster: Cluster, body: Callable[[Connection], Awaitable[Any]], **settings: str) -> Any:
@@ -532,6 +533,34 @@ def test_bootstrap_settings_and_lifecycle(shared_cluster: Cluster) -> None:
         assert time.monotonic() - started < 5
 
     asyncio.run(main())
+
+
+def test_concurrent_refreshes_share_one_request(shared_cluster: Cluster) -> None:
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        path = TablePath("fluss", unique("shared"))
+        await admin.create_table(path, TableDescriptor(log_schema(), bucket_count=2))
+        sent: list[ApiKey] = []
+        original = conn.pool.request
+
+        async def counting(host: str, port: int, key: ApiKey, message: Any, **kw: Any) -> Any:
+            sent.append(key)
+            return await original(host, port, key, message, **kw)
+
+        conn.pool.request = counting  # type: ignore[method-assign]
+        tables = await asyncio.gather(*(conn.get_table(path) for _ in range(20)))
+        assert {t.table_id for t in tables} == {tables[0].table_id}
+        assert sent.count(ApiKey.GET_METADATA) == 1
+
+        # a caller that gives up does not take the shared request down with it
+        impatient = asyncio.create_task(conn.metadata.refresh_table(path))
+        patient = asyncio.create_task(conn.metadata.refresh_table(path))
+        await asyncio.sleep(0)
+        impatient.cancel()
+        assert (await patient).table_id == tables[0].table_id
+        await admin.drop_table(path)
+
+    run(shared_cluster, body)
 
 
 def test_metadata_refresh_and_admin_calls_survive_dead_servers(cluster_factory: Any) -> None:

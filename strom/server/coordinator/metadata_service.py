@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from strom.common import config as options
@@ -79,6 +80,8 @@ class MetadataService:
         self.membership = membership
         self.controller = controller
         self.coordinator_node = coordinator_node
+        # called after a table is created (the coordinator hooks auto-partitioning in here)
+        self.on_table_created: Callable[[TableRecord], Awaitable[None]] | None = None
 
     # ---- lookups shared by the handlers
 
@@ -217,6 +220,8 @@ class MetadataService:
                 assignments = []
         log.info("created table %s (id %d, %d buckets)", path, table_id, bucket_count)
         await self.controller.notify_leadership(assignments)
+        if self.on_table_created is not None:
+            await self.on_table_created(record)
         return pb.CreateTableResponse()
 
     async def drop_table(self, request: pb.DropTableRequest, ctx: object) -> pb.DropTableResponse:
@@ -352,13 +357,17 @@ class MetadataService:
             if request.ignore_if_not_exists:
                 return pb.DropPartitionResponse()
             raise PartitionNotExistError(f"Partition '{name}' of table '{path}' does not exist.")
+        await self.remove_partition(record, partition)
+        return pb.DropPartitionResponse()
+
+    async def remove_partition(self, record: TableRecord, partition: PartitionRecord) -> None:
+        """Drops a partition and deletes its replicas (DropPartition and auto-partition retention)."""
         buckets = [
             b for b in self.store.list_buckets(record.table_id) if b.partition_id == partition.partition_id
         ]
         self.store.drop_partition(partition.partition_id)
         await self.controller.stop_replicas(buckets, delete=True)
-        log.info("dropped partition %s of %s", name, path)
-        return pb.DropPartitionResponse()
+        log.info("dropped partition %s of %s.%s", partition.name, record.database, record.name)
 
     # ---- metadata
 

@@ -13,6 +13,7 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
@@ -41,6 +42,8 @@ class CoordinatorServer:
         )
         self.metadata = MetadataService(self.store, self.config, self.membership, self.controller, self.node)
         self.metadata.ensure_default_database()
+        self.auto_partitions = AutoPartitionManager(self.metadata)
+        self.metadata.on_table_created = self.auto_partitions.check_table
         m = self.metadata
         handlers: dict[ApiKey, Handler] = {
             ApiKey.CREATE_DATABASE: m.create_database,
@@ -84,6 +87,7 @@ class CoordinatorServer:
         self.node.port = self.rpc.port
         self._tasks.append(asyncio.create_task(self._expiry_loop(), name="session-expiry"))
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
+        self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
         log.info("coordinator started (epoch %d) on %s:%d", self.coordinator_epoch, self.host, self.port)
 
     async def stop(self) -> None:
@@ -145,3 +149,11 @@ class CoordinatorServer:
         if missing:
             log.warning("tablet servers %s did not re-register after the restart", sorted(missing))
             await self.controller.on_servers_dead(missing)
+
+    async def _auto_partition_loop(self) -> None:
+        interval = self.config.get(options.AUTO_PARTITION_CHECK_INTERVAL).total_seconds()
+        # give tablet servers time to register before creating partitions that need replicas
+        await asyncio.sleep(min(interval, self.membership.session_timeout))
+        while True:
+            await self.auto_partitions.check_all()
+            await asyncio.sleep(interval)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ class TabletServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.rpc.start()
         self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
+        self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -154,6 +156,43 @@ class TabletServer:
                 log.warning("coordinator unreachable: %s", e)
                 self.session_id = None
             await asyncio.sleep(interval)
+
+    # ---- log maintenance
+
+    async def _maintenance_loop(self) -> None:
+        """Periodic log chores: high-watermark checkpoints, TTL retention, idle writer expiry."""
+        periods = {
+            "checkpoint": self.config.get(
+                options.LOG_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL
+            ).total_seconds(),
+            "retention": self.config.get(options.LOG_RETENTION_CHECK_INTERVAL).total_seconds(),
+            "writers": self.config.get(options.SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL).total_seconds(),
+        }
+        last = dict.fromkeys(periods, time.monotonic())
+        while True:
+            await asyncio.sleep(min(1.0, *periods.values()))
+            now = time.monotonic()
+            due = {chore for chore, period in periods.items() if now - last[chore] >= period}
+            for chore in due:
+                last[chore] = now
+            if not due:
+                continue
+            now_ms = int(time.time() * 1000)
+            for replica in list(self.replica_manager.replicas.values()):
+                tablet = replica.log
+                if tablet is None:
+                    continue
+                try:
+                    if "checkpoint" in due:
+                        tablet.checkpoint_high_watermark()
+                    if "retention" in due:
+                        deleted = tablet.apply_retention(now_ms)
+                        if deleted:
+                            log.info("retention deleted %d segment(s) of %s", deleted, replica.bucket)
+                    if "writers" in due:
+                        tablet.remove_expired_writers(now_ms)
+                except Exception:
+                    log.exception("log maintenance of %s failed", replica.bucket)
 
     # ---- tables
 

@@ -1,0 +1,154 @@
+"""Bad produce and fetch requests get Fluss error codes and change nothing; TTL retention runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from harness import Cluster
+
+from strom.common.errors import InvalidRequiredAcksError
+from strom.common.schema import Column, Schema
+from strom.common.table_descriptor import TableDescriptor
+from strom.common.types import BIGINT, STRING
+from strom.record.arrow_batch import build_arrow_log_batch
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+SCHEMA = Schema([Column("id", BIGINT()), Column("name", STRING())])
+
+
+def batch(start: int, count: int, schema_id: int = 1) -> bytes:
+    records = pa.record_batch(
+        {
+            "id": pa.array(range(start, start + count), pa.int64()),
+            "name": [f"n{i}" for i in range(start, start + count)],
+        }
+    )
+    return build_arrow_log_batch(records, schema_id=schema_id)
+
+
+class Table:
+    """Raw RPC access to a one-bucket table: its id and a connection to the bucket's leader."""
+
+    def __init__(self, cluster: Cluster, name: str, properties: dict[str, str] | None = None) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.properties = properties or {}
+
+    async def __aenter__(self) -> Table:
+        host, port = self.cluster.coordinator.host, self.cluster.coordinator.port
+        self.coordinator = await RpcConnection.connect(host, port)
+        descriptor = TableDescriptor(SCHEMA, bucket_count=1, properties=self.properties)
+        request = pb.CreateTableRequest(table_json=descriptor.to_json_bytes(), ignore_if_exists=False)
+        request.table_path.database_name = "fluss"
+        request.table_path.table_name = self.name
+        await self.coordinator.request(ApiKey.CREATE_TABLE, request)
+        metadata = pb.MetadataRequest()
+        metadata.table_path.add(database_name="fluss", table_name=self.name)
+        for _ in range(100):
+            response = await self.coordinator.request(ApiKey.GET_METADATA, metadata)
+            bucket = response.table_metadata[0].bucket_metadata[0]
+            if bucket.HasField("leader_id"):
+                break
+            await asyncio.sleep(0.1)
+        self.table_id = response.table_metadata[0].table_id
+        leader = next(s for s in response.tablet_servers if s.node_id == bucket.leader_id)
+        self.leader = await RpcConnection.connect(leader.host, leader.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.coordinator.close()
+        self.leader.close()
+
+    async def produce(self, records: bytes, acks: int = -1) -> Any:
+        request = pb.ProduceLogRequest(acks=acks, table_id=self.table_id, timeout_ms=30000)
+        request.buckets_req.add(bucket_id=0, records=records)
+        for _ in range(50):  # the leader may not have opened the replica yet
+            response = await self.leader.request(ApiKey.PRODUCE_LOG, request)
+            result = response.buckets_resp[0]
+            if result.error_code not in (12, 21):
+                return result
+            await asyncio.sleep(0.1)
+        return result
+
+    async def offsets(self) -> tuple[int, int]:
+        out = []
+        for kind in (0, 1):
+            request = pb.ListOffsetsRequest(follower_server_id=-1, offset_type=kind, table_id=self.table_id)
+            request.bucket_id.append(0)
+            out.append((await self.leader.request(ApiKey.LIST_OFFSETS, request)).buckets_resp[0].offset)
+        return out[0], out[1]
+
+    async def fetch(self, offset: int, projection: list[int] | None = None) -> Any:
+        request = pb.FetchLogRequest(follower_server_id=-1, max_bytes=1 << 20, max_wait_ms=0)
+        table = request.tables_req.add(
+            table_id=self.table_id, projection_pushdown_enabled=projection is not None
+        )
+        table.projected_fields.extend(projection or [])
+        table.buckets_req.add(bucket_id=0, fetch_offset=offset, max_fetch_bytes=1 << 20)
+        return (await self.leader.request(ApiKey.FETCH_LOG, request)).tables_resp[0].buckets_resp[0]
+
+
+def test_bad_batches_are_refused_and_change_nothing(shared_cluster: Cluster) -> None:
+    async def main() -> None:
+        async with Table(shared_cluster, f"bad_{time.monotonic_ns()}") as table:
+            assert (await table.produce(batch(0, 10))).base_offset == 0
+            assert await table.offsets() == (0, 10)
+
+            corrupt = bytearray(batch(10, 5))
+            corrupt[-3] ^= 0xFF  # flip a byte inside the CRC-covered Arrow body
+            result = await table.produce(bytes(corrupt))
+            assert result.error_code == 14 and "CRC" in result.error_message.upper()
+
+            result = await table.produce(batch(10, 5, schema_id=7))
+            assert result.error_code == 9 and "schema id 7" in result.error_message
+
+            truncated = batch(10, 5)[:-20]
+            result = await table.produce(truncated)
+            assert result.error_code == 14
+
+            with pytest.raises(InvalidRequiredAcksError):
+                await table.produce(batch(10, 5), acks=2)
+
+            assert await table.offsets() == (0, 10)  # nothing of the above landed
+
+            bad_projection = await table.fetch(0, projection=[5])
+            assert bad_projection.error_code == 34
+            out_of_range = await table.fetch(11)
+            assert out_of_range.error_code == 19
+            good = await table.fetch(0, projection=[1])
+            assert good.error_code == 0 and good.high_watermark == 10 and len(good.records) > 0
+
+    asyncio.run(main())
+
+
+def test_ttl_retention_deletes_old_segments(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1,
+        config={
+            "log.segment.file-size": "2kb",
+            "log.retention.check-interval": "200ms",
+        },
+    )
+
+    async def main() -> None:
+        async with Table(cluster, "short_lived", {"table.log.ttl": "1s"}) as table:
+            for start in range(0, 200, 20):
+                result = await table.produce(batch(start, 20))
+                assert result.error_code == 0
+            start_offset, end_offset = await table.offsets()
+            assert (start_offset, end_offset) == (0, 200)
+            deadline = time.monotonic() + 15
+            while (await table.offsets())[0] == 0:
+                assert time.monotonic() < deadline, "retention never advanced the log start"
+                await asyncio.sleep(0.2)
+            start_offset, end_offset = await table.offsets()
+            assert 0 < start_offset <= 200 and end_offset == 200
+            assert (await table.fetch(0)).error_code == 19  # below the new log start
+
+    asyncio.run(main())
