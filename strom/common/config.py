@@ -653,6 +653,13 @@ DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
     None,
     "The cluster's lake format (paimon or iceberg); datalake.<format>.* options configure its catalog.",
 )
+LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "lake.tiering.job-timeout",
+    timedelta,
+    timedelta(minutes=2),
+    "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
+    "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
+)
 KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
     "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
 )
@@ -713,6 +720,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL,
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
+        LAKE_TIERING_JOB_TIMEOUT,
         KAFKA_ENABLED,
     ]
 )

@@ -1495,16 +1495,18 @@ class CommitLakeTableSnapshotResponse(_message.Message):
     def __init__(self, table_resp: _Optional[_Iterable[_Union[PbCommitLakeTableSnapshotRespForTable, _Mapping]]] = ...) -> None: ...
 
 class PbLakeTableSnapshotInfo(_message.Message):
-    __slots__ = ("table_id", "snapshot_id", "buckets_req", "table_path")
+    __slots__ = ("table_id", "snapshot_id", "buckets_req", "table_path", "tiering_epoch")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_REQ_FIELD_NUMBER: _ClassVar[int]
     TABLE_PATH_FIELD_NUMBER: _ClassVar[int]
+    TIERING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     snapshot_id: int
     buckets_req: _containers.RepeatedCompositeFieldContainer[PbLakeTableOffsetForBucket]
     table_path: PbTablePath
-    def __init__(self, table_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., buckets_req: _Optional[_Iterable[_Union[PbLakeTableOffsetForBucket, _Mapping]]] = ..., table_path: _Optional[_Union[PbTablePath, _Mapping]] = ...) -> None: ...
+    tiering_epoch: int
+    def __init__(self, table_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., buckets_req: _Optional[_Iterable[_Union[PbLakeTableOffsetForBucket, _Mapping]]] = ..., table_path: _Optional[_Union[PbTablePath, _Mapping]] = ..., tiering_epoch: _Optional[int] = ...) -> None: ...
 
 class PbLakeTableOffsetForBucket(_message.Message):
     __slots__ = ("partition_id", "bucket_id", "log_end_offset", "max_timestamp")

@@ -65,7 +65,7 @@ class Controller:
 
     # ---- pushes to tablet servers
 
-    async def _send(self, server_id: int, key: ApiKey, message: object) -> object | None:
+    async def send(self, server_id: int, key: ApiKey, message: object) -> object | None:
         server = self.membership.servers.get(server_id)
         if server is None:
             return None
@@ -119,7 +119,7 @@ class Controller:
                 )
                 entry.physical_table_path.CopyFrom(path)
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
-        await asyncio.gather(*(self._send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items()))
+        await asyncio.gather(*(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items()))
 
     async def stop_replicas(self, assignments: Iterable[BucketAssignment], delete: bool) -> None:
         by_server: dict[int, pb.StopReplicaRequest] = defaultdict(
@@ -129,7 +129,7 @@ class Controller:
             for server_id in a.replicas:
                 entry = by_server[server_id].stop_replicas_req.add(leader_epoch=a.leader_epoch, delete=delete)
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
-        await asyncio.gather(*(self._send(s, ApiKey.STOP_REPLICA, r) for s, r in by_server.items()))
+        await asyncio.gather(*(self.send(s, ApiKey.STOP_REPLICA, r) for s, r in by_server.items()))
 
     async def broadcast_servers(self) -> None:
         """UpdateMetadata with the live server list, so tablet servers know their peers."""
@@ -138,7 +138,7 @@ class Controller:
         for server in self.membership.servers.values():
             request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
         await asyncio.gather(
-            *(self._send(s, ApiKey.UPDATE_METADATA, request) for s in list(self.membership.servers))
+            *(self.send(s, ApiKey.UPDATE_METADATA, request) for s in list(self.membership.servers))
         )
 
     # ---- membership events

@@ -20,7 +20,6 @@ from strom.common.errors import (
     DatabaseNotExistError,
     InvalidDatabaseError,
     KvSnapshotNotExistError,
-    LakeSnapshotNotExistError,
     NonPrimaryKeyTableError,
     PartitionAlreadyExistsError,
     PartitionNotExistError,
@@ -82,6 +81,7 @@ class MetadataService:
         self.coordinator_node = coordinator_node
         # called after a table is created (the coordinator hooks auto-partitioning in here)
         self.on_table_created: Callable[[TableRecord], Awaitable[None]] | None = None
+        self.on_table_dropped: Callable[[int], None] | None = None
 
     # ---- lookups shared by the handlers
 
@@ -149,6 +149,8 @@ class MetadataService:
             for table in tables:
                 dropped += self.store.list_buckets(table.table_id)
                 self.store.drop_table(table.table_id)
+                if self.on_table_dropped is not None:
+                    self.on_table_dropped(table.table_id)
             self.store.drop_database(name)
         await self.controller.stop_replicas(dropped, delete=True)
         log.info("dropped database %s (%d tables)", name, len(tables))
@@ -233,6 +235,8 @@ class MetadataService:
             raise TableNotExistError(f"Table '{path}' does not exist.")
         buckets = self.store.list_buckets(record.table_id)
         self.store.drop_table(record.table_id)
+        if self.on_table_dropped is not None:
+            self.on_table_dropped(record.table_id)
         await self.controller.stop_replicas(buckets, delete=True)
         log.info("dropped table %s (id %d)", path, record.table_id)
         return pb.DropTableResponse()
@@ -429,13 +433,6 @@ class MetadataService:
         return response
 
     # ---- snapshots (lake tiering and KV snapshots fill these in later issues)
-
-    async def get_lake_snapshot(
-        self, request: pb.GetLakeSnapshotRequest, ctx: object
-    ) -> pb.GetLakeSnapshotResponse:
-        path = table_path_of(request.table_path)
-        record = self._table(path)
-        raise LakeSnapshotNotExistError(f"Table '{path}' (id {record.table_id}) has no lake snapshot yet.")
 
     async def get_latest_kv_snapshots(
         self, request: pb.GetLatestKvSnapshotsRequest, ctx: object

@@ -15,8 +15,11 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
+from strom.server.coordinator.lake_service import LakeService
+from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.store.base import TableRecord
 from strom.server.store.sqlite import SqliteMetadataStore
 
 log = logging.getLogger(__name__)
@@ -43,7 +46,10 @@ class CoordinatorServer:
         self.metadata = MetadataService(self.store, self.config, self.membership, self.controller, self.node)
         self.metadata.ensure_default_database()
         self.auto_partitions = AutoPartitionManager(self.metadata)
-        self.metadata.on_table_created = self.auto_partitions.check_table
+        self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
+        self.lake = LakeService(self.store, self.controller, self.tiering, data_dir / "lake-offsets")
+        self.metadata.on_table_created = self._table_created
+        self.metadata.on_table_dropped = self.lake.on_table_dropped
         m = self.metadata
         handlers: dict[ApiKey, Handler] = {
             ApiKey.CREATE_DATABASE: m.create_database,
@@ -61,7 +67,10 @@ class CoordinatorServer:
             ApiKey.CREATE_PARTITION: m.create_partition,
             ApiKey.DROP_PARTITION: m.drop_partition,
             ApiKey.GET_METADATA: m.metadata,
-            ApiKey.GET_LAKE_SNAPSHOT: m.get_lake_snapshot,
+            ApiKey.GET_LAKE_SNAPSHOT: self.lake.get_lake_snapshot,
+            ApiKey.LAKE_TIERING_HEARTBEAT: self.lake.heartbeat,
+            ApiKey.PREPARE_LAKE_TABLE_SNAPSHOT: self.lake.prepare_snapshot,
+            ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT: self.lake.commit_snapshot,
             ApiKey.GET_LATEST_KV_SNAPSHOTS: m.get_latest_kv_snapshots,
             ApiKey.GET_KV_SNAPSHOT_METADATA: m.get_kv_snapshot_metadata,
             ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
@@ -88,6 +97,8 @@ class CoordinatorServer:
         self._tasks.append(asyncio.create_task(self._expiry_loop(), name="session-expiry"))
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
         self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
+        self.lake.load_tables()
+        self._tasks.append(asyncio.create_task(self._tiering_expiry_loop(), name="tiering-expiry"))
         log.info("coordinator started (epoch %d) on %s:%d", self.coordinator_epoch, self.host, self.port)
 
     async def stop(self) -> None:
@@ -157,3 +168,13 @@ class CoordinatorServer:
         while True:
             await self.auto_partitions.check_all()
             await asyncio.sleep(interval)
+
+    async def _table_created(self, record: TableRecord) -> None:
+        self.lake.on_table_created(record)
+        await self.auto_partitions.check_table(record)
+
+    async def _tiering_expiry_loop(self) -> None:
+        """Fences tiering jobs that stopped heartbeating (Fluss checks every 15 s)."""
+        while True:
+            await asyncio.sleep(min(15.0, max(0.2, self.tiering.job_timeout / 4)))
+            self.tiering.expire_silent_jobs()

@@ -38,6 +38,8 @@ class Replica:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     bucket_epoch: int = 0
+    # how far the lake reaches in this bucket's log (NotifyLakeTableOffset), -1 when not tiered
+    lake_log_end_offset: int = -1
     # futures of long-polling fetches waiting for this bucket's next append
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     _arrow_schema: pa.Schema | None = None

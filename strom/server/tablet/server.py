@@ -86,6 +86,7 @@ class TabletServer:
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.log_service.limit_scan,
+                ApiKey.NOTIFY_LAKE_TABLE_OFFSET: self._notify_lake_table_offset,
             }
         )
         self.rpc = RpcServer(
@@ -276,6 +277,18 @@ class TabletServer:
                 result.error_code = e.code
                 result.error_message = e.message
         return response
+
+    async def _notify_lake_table_offset(
+        self, request: pb.NotifyLakeTableOffsetRequest, ctx: RequestContext
+    ) -> Message:
+        for entry in request.notify_buckets_req:
+            partition = entry.partition_id if entry.HasField("partition_id") else None
+            replica = self.replica_manager.replicas.get(
+                TableBucket(entry.table_id, partition, entry.bucket_id)
+            )
+            if replica is not None and entry.HasField("log_end_offset"):
+                replica.lake_log_end_offset = max(replica.lake_log_end_offset, entry.log_end_offset)
+        return pb.NotifyLakeTableOffsetResponse()
 
     async def _stop_replica(self, request: pb.StopReplicaRequest, ctx: RequestContext) -> Message:
         response = pb.StopReplicaResponse()

@@ -1,0 +1,144 @@
+"""The coordinator's tiering protocol over real RPC: freshness scheduling, epochs, fencing of silent or
+stale jobs, lake snapshot commits and GetLakeSnapshot (also through pyfluss)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import fluss
+import pytest
+from harness import Cluster
+
+from strom.common.errors import FencedTieringEpochError
+from strom.common.schema import Column, Schema
+from strom.common.table_descriptor import TableDescriptor
+from strom.common.types import BIGINT, STRING
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+
+def lake_config(base: Path) -> dict[str, str]:
+    return {
+        "datalake.format": "iceberg",
+        "datalake.iceberg.type": "sql",
+        "datalake.iceberg.uri": f"sqlite:///{base}/lake-catalog.db",
+        "datalake.iceberg.warehouse": f"file://{base}/warehouse",
+        "lake.tiering.job-timeout": "1500ms",
+    }
+
+
+async def heartbeat(
+    conn: RpcConnection,
+    *,
+    request: bool = False,
+    tiering: list[tuple[int, int]] = (),
+    finished: list[tuple[int, int]] = (),
+    failed: list[tuple[int, int]] = (),
+) -> Any:
+    message = pb.LakeTieringHeartbeatRequest(request_table=request)
+    for target, entries in (
+        (message.tiering_tables, tiering),
+        (message.finished_tables, finished),
+        (message.failed_tables, failed),
+    ):
+        for table_id, epoch in entries:
+            target.add(table_id=table_id, coordinator_epoch=0, tiering_epoch=epoch)
+    return await conn.request(ApiKey.LAKE_TIERING_HEARTBEAT, message)
+
+
+async def wait_for_table(conn: RpcConnection, timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = await heartbeat(conn, request=True)
+        if response.HasField("tiering_table"):
+            return response.tiering_table
+        await asyncio.sleep(0.1)
+    raise AssertionError("no table became due for tiering")
+
+
+async def commit(
+    conn: RpcConnection, table_id: int, epoch: int, snapshot_id: int, offsets: dict[int, int]
+) -> Any:
+    message = pb.CommitLakeTableSnapshotRequest()
+    info = message.tables_req.add(table_id=table_id, snapshot_id=snapshot_id, tiering_epoch=epoch)
+    for bucket, offset in offsets.items():
+        info.buckets_req.add(bucket_id=bucket, log_end_offset=offset)
+    return (await conn.request(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)).table_resp[0]
+
+
+def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path) -> None:
+    cluster: Cluster = cluster_factory(tablet_servers=1, config=lake_config(tmp_path))
+
+    async def main() -> int:
+        conn = await RpcConnection.connect(cluster.coordinator.host, cluster.coordinator.port)
+        schema = Schema([Column("id", BIGINT()), Column("v", STRING())])
+        descriptor = TableDescriptor(
+            schema,
+            bucket_count=2,
+            properties={"table.datalake.enabled": "true", "table.datalake.freshness": "1s"},
+        )
+        create = pb.CreateTableRequest(table_json=descriptor.to_json_bytes(), ignore_if_exists=False)
+        create.table_path.database_name = "fluss"
+        create.table_path.table_name = "tiered"
+        await conn.request(ApiKey.CREATE_TABLE, create)
+
+        # not due before its freshness interval has passed
+        assert not (await heartbeat(conn, request=True)).HasField("tiering_table")
+        first = await wait_for_table(conn)
+        assert first.table_path.table_name == "tiered" and first.tiering_epoch == 1
+        table_id = first.table_id
+
+        ok = await heartbeat(conn, tiering=[(table_id, 1)])
+        assert not ok.tiering_table_resp[0].HasField("error")
+        stale = await heartbeat(conn, tiering=[(table_id, 0)])
+        assert stale.tiering_table_resp[0].error.error_code == FencedTieringEpochError.code
+
+        assert (await commit(conn, table_id, 1, 1001, {0: 10, 1: 7})).error_code == 0
+        finished = await heartbeat(conn, finished=[(table_id, 1)])
+        assert not finished.finished_table_resp[0].HasField("error")
+
+        # the next round comes one freshness later, under a new epoch
+        second = await wait_for_table(conn)
+        assert second.tiering_epoch == 2
+        # this job goes silent: the coordinator fences it and hands the table out again
+        third = await wait_for_table(conn, timeout=10)
+        assert third.tiering_epoch == 3
+        fenced = await commit(conn, table_id, 2, 1002, {0: 20, 1: 9})
+        assert fenced.error_code == FencedTieringEpochError.code
+        backwards = await commit(conn, table_id, 3, 1003, {0: 5, 1: 9})
+        assert backwards.error_code != 0 and "back from offset 10" in backwards.error_message
+        assert (await commit(conn, table_id, 3, 1004, {0: 20})).error_code == 0
+
+        get = pb.GetLakeSnapshotRequest()
+        get.table_path.database_name = "fluss"
+        get.table_path.table_name = "tiered"
+        snapshot = await conn.request(ApiKey.GET_LAKE_SNAPSHOT, get)
+        assert snapshot.snapshotId == 1004
+        assert {b.bucket_id: b.log_offset for b in snapshot.bucket_snapshots} == {0: 20, 1: 7}
+        conn.close()
+        return table_id
+
+    table_id = asyncio.run(main())
+
+    cluster.restart_coordinator(kill=True)
+    cluster.wait_for_tablet_servers()
+
+    async def official_client() -> None:
+        connection = await fluss.FlussConnection.create(
+            fluss.Config({"bootstrap.servers": cluster.bootstrap})
+        )
+        snapshot = await connection.get_admin().get_latest_lake_snapshot(fluss.TablePath("fluss", "tiered"))
+        assert snapshot.snapshot_id == 1004
+        offsets = {b.bucket_id: o for b, o in snapshot.table_buckets_offset.items()}
+        assert offsets == {0: 20, 1: 7}
+        assert all(b.table_id == table_id for b in snapshot.get_table_buckets())
+        with pytest.raises(fluss.FlussError) as none:
+            await connection.get_admin().get_latest_lake_snapshot(fluss.TablePath("fluss", "missing"))
+        assert none.value.error_code == fluss.ErrorCode.TABLE_NOT_EXIST
+        await connection.close()
+
+    asyncio.run(official_client())
