@@ -19,8 +19,6 @@ from strom.common.errors import (
     DatabaseNotEmptyError,
     DatabaseNotExistError,
     InvalidDatabaseError,
-    KvSnapshotNotExistError,
-    NonPrimaryKeyTableError,
     PartitionAlreadyExistsError,
     PartitionNotExistError,
     SchemaNotExistError,
@@ -433,36 +431,6 @@ class MetadataService:
         return response
 
     # ---- snapshots (lake tiering and KV snapshots fill these in later issues)
-
-    async def get_latest_kv_snapshots(
-        self, request: pb.GetLatestKvSnapshotsRequest, ctx: object
-    ) -> pb.GetLatestKvSnapshotsResponse:
-        path = table_path_of(request.table_path)
-        record = self._table(path)
-        descriptor = self._descriptor(record)
-        if not descriptor.has_primary_key:
-            raise NonPrimaryKeyTableError(f"Table '{path}' is not a primary-key table.")
-        response = pb.GetLatestKvSnapshotsResponse(table_id=record.table_id)
-        partition_id = None
-        if request.HasField("partition_name"):
-            partition = self.store.get_partition(record.table_id, request.partition_name)
-            if partition is None:
-                raise PartitionNotExistError(
-                    f"Partition '{request.partition_name}' of '{path}' does not exist."
-                )
-            partition_id = partition.partition_id
-            response.partition_id = partition_id
-        for bucket in range(descriptor.bucket_count or 0):
-            response.latest_snapshots.add(bucket_id=bucket)
-        return response
-
-    async def get_kv_snapshot_metadata(
-        self, request: pb.GetKvSnapshotMetadataRequest, ctx: object
-    ) -> pb.GetKvSnapshotMetadataResponse:
-        raise KvSnapshotNotExistError(
-            f"Snapshot {request.snapshot_id} of bucket {request.bucket_id} of table {request.table_id} "
-            "does not exist."
-        )
 
     async def get_security_token(
         self, request: pb.GetFileSystemSecurityTokenRequest, ctx: object

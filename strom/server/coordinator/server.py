@@ -15,6 +15,7 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
+from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
 from strom.server.coordinator.lake_service import LakeService
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.membership import Membership
@@ -49,7 +50,8 @@ class CoordinatorServer:
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake = LakeService(self.store, self.controller, self.tiering, data_dir / "lake-offsets")
         self.metadata.on_table_created = self._table_created
-        self.metadata.on_table_dropped = self.lake.on_table_dropped
+        self.kv_snapshots = KvSnapshotService(self.store, self.config)
+        self.metadata.on_table_dropped = self._table_dropped
         m = self.metadata
         handlers: dict[ApiKey, Handler] = {
             ApiKey.CREATE_DATABASE: m.create_database,
@@ -71,8 +73,10 @@ class CoordinatorServer:
             ApiKey.LAKE_TIERING_HEARTBEAT: self.lake.heartbeat,
             ApiKey.PREPARE_LAKE_TABLE_SNAPSHOT: self.lake.prepare_snapshot,
             ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT: self.lake.commit_snapshot,
-            ApiKey.GET_LATEST_KV_SNAPSHOTS: m.get_latest_kv_snapshots,
-            ApiKey.GET_KV_SNAPSHOT_METADATA: m.get_kv_snapshot_metadata,
+            ApiKey.GET_LATEST_KV_SNAPSHOTS: self.kv_snapshots.get_latest,
+            ApiKey.GET_KV_SNAPSHOT_METADATA: self.kv_snapshots.get_metadata,
+            ApiKey.LIST_KV_SNAPSHOTS: self.kv_snapshots.list,
+            ApiKey.COMMIT_KV_SNAPSHOT: self.kv_snapshots.commit,
             ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
             ApiKey.REGISTER_TABLET_SERVER: self._register_tablet_server,
             ApiKey.TABLET_SERVER_HEARTBEAT: self._tablet_server_heartbeat,
@@ -178,3 +182,7 @@ class CoordinatorServer:
         while True:
             await asyncio.sleep(min(15.0, max(0.2, self.tiering.job_timeout / 4)))
             self.tiering.expire_silent_jobs()
+
+    def _table_dropped(self, table_id: int) -> None:
+        self.lake.on_table_dropped(table_id)
+        self.kv_snapshots.drop_table(table_id)
