@@ -201,7 +201,11 @@ def local(data_dir: Path, host: str, port: int, tablet_servers: int, config_pair
         with console.status(f"starting {tablet_servers} tablet server(s)"):
             for server in servers[1:]:
                 server.start()
-            asyncio.run(wait_for_tablet_servers(coordinator_process, {s.server_id for s in servers[1:]}))
+            asyncio.run(
+                wait_for_tablet_servers(
+                    coordinator_process, {s.server_id for s in servers[1:]}, 30.0, servers[1:]
+                )
+            )
     except (RuntimeError, TimeoutError) as e:
         console.print(f"[red]cluster failed to start:[/red] {e}")
         for server in reversed(servers):

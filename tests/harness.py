@@ -65,7 +65,8 @@ class Cluster:
 
     def wait_for_tablet_servers(self, ids: set[int] | None = None, timeout: float = 30) -> None:
         alive = {i for i, s in self.tablet_servers.items() if s.is_alive()} if ids is None else ids
-        asyncio.run(wait_for_tablet_servers(self.coordinator, alive, timeout))
+        processes = [self.tablet_servers[i] for i in alive]
+        asyncio.run(wait_for_tablet_servers(self.coordinator, alive, timeout, processes))
 
     def kill_tablet_server(self, server_id: int) -> None:
         self.tablet_servers[server_id].kill()

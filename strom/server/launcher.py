@@ -126,10 +126,19 @@ async def wait_until_serving(server: ServerProcess, timeout: float = 30.0) -> No
             await asyncio.sleep(0.1)
 
 
-async def wait_for_tablet_servers(coordinator: ServerProcess, ids: set[int], timeout: float = 30.0) -> None:
-    """Until the coordinator's metadata lists exactly the given tablet servers as alive."""
+async def wait_for_tablet_servers(
+    coordinator: ServerProcess, ids: set[int], timeout: float = 30.0, processes: list[ServerProcess] = ()
+) -> None:
+    """Until the coordinator's metadata lists exactly the given tablet servers as alive (failing fast
+    when one of `processes` exits)."""
     deadline = time.monotonic() + timeout
     while True:
+        for process in processes:
+            if process.process is not None and not process.is_alive():
+                raise RuntimeError(
+                    f"{process.role} {process.server_id} exited with code "
+                    f"{process.process.returncode}; see {process.log_path}"
+                )
         try:
             connection = await RpcConnection.connect(coordinator.host, coordinator.port, connect_timeout=2)
             try:

@@ -9,7 +9,13 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable
 
-from strom.common.errors import FlussError, InvalidReplicationFactorError
+from strom.common.errors import (
+    FencedLeaderEpochError,
+    FlussError,
+    InvalidReplicationFactorError,
+    InvalidUpdateVersionError,
+    UnknownTableOrBucketError,
+)
 from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
@@ -177,6 +183,21 @@ class Controller:
             changed: list[BucketAssignment] = []
             for a in self.store.list_buckets():
                 if a.leader not in server_ids:
+                    if a.leader is not None and set(a.isr) & server_ids:
+                        # a dead follower leaves the ISR at once, so acks=all writes do not wait for it
+                        isr = tuple(r for r in a.isr if r not in server_ids)
+                        changed.append(
+                            BucketAssignment(
+                                a.table_id,
+                                a.partition_id,
+                                a.bucket_id,
+                                a.replicas,
+                                a.leader,
+                                a.leader_epoch,
+                                isr,
+                                a.bucket_epoch + 1,
+                            )
+                        )
                     continue
                 candidates = [r for r in a.replicas if r in a.isr and r in live]
                 new_leader = candidates[0] if candidates else None
@@ -200,6 +221,72 @@ class Controller:
                 log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
         await self.broadcast_servers()
         await self.notify_leadership(changed)
+
+    async def adjust_isr(self, request: pb.AdjustIsrRequest, ctx: object) -> pb.AdjustIsrResponse:
+        """A leader proposes a new ISR; accepted when its leader and bucket epochs are current."""
+        response = pb.AdjustIsrResponse()
+        accepted: list[BucketAssignment] = []
+        async with self._lock:
+            for table in request.tables_req:
+                current = {(a.partition_id, a.bucket_id): a for a in self.store.list_buckets(table.table_id)}
+                table_resp = response.tables_resp.add(table_id=table.table_id)
+                for entry in table.buckets_req:
+                    partition = entry.partition_id if entry.HasField("partition_id") else None
+                    result = table_resp.buckets_resp.add(bucket_id=entry.bucket_id)
+                    if partition is not None:
+                        result.partition_id = partition
+                    a = current.get((partition, entry.bucket_id))
+                    new_isr = tuple(entry.new_isr)
+                    error: FlussError | None = None
+                    if a is None:
+                        error = UnknownTableOrBucketError(
+                            f"bucket {entry.bucket_id} of table {table.table_id} does not exist"
+                        )
+                    elif a.leader != request.serverId or entry.leader_epoch != a.leader_epoch:
+                        error = FencedLeaderEpochError(
+                            f"server {request.serverId} with leader epoch {entry.leader_epoch} does not lead "
+                            f"bucket {entry.bucket_id} (leader {a.leader}, epoch {a.leader_epoch})"
+                        )
+                    elif entry.bucket_epoch != a.bucket_epoch:
+                        error = InvalidUpdateVersionError(
+                            f"bucket epoch {entry.bucket_epoch} is stale (current {a.bucket_epoch})"
+                        )
+                    elif a.leader not in new_isr or not set(new_isr) <= set(a.replicas):
+                        error = InvalidUpdateVersionError(
+                            f"ISR {list(new_isr)} must hold the leader and only replicas {list(a.replicas)}"
+                        )
+                    if error is not None:
+                        result.error_code = error.code
+                        result.error_message = error.message
+                        continue
+                    assert a is not None
+                    a = BucketAssignment(
+                        a.table_id,
+                        a.partition_id,
+                        a.bucket_id,
+                        a.replicas,
+                        a.leader,
+                        a.leader_epoch,
+                        new_isr,
+                        a.bucket_epoch + 1,
+                    )
+                    accepted.append(a)
+                    result.leader_id = a.leader
+                    result.leader_epoch = a.leader_epoch
+                    result.isr.extend(a.isr)
+                    result.bucket_epoch = a.bucket_epoch
+                    result.coordinator_epoch = self.coordinator_epoch
+            if accepted:
+                self.store.put_buckets(accepted)
+                for a in accepted:
+                    log.info(
+                        "ISR of table %d bucket %d (partition %s) is now %s",
+                        a.table_id,
+                        a.bucket_id,
+                        a.partition_id,
+                        list(a.isr),
+                    )
+        return response
 
 
 def _pb_bucket(a: BucketAssignment) -> pb.PbTableBucket:

@@ -78,6 +78,7 @@ class CoordinatorServer:
             ApiKey.LIST_KV_SNAPSHOTS: self.kv_snapshots.list,
             ApiKey.COMMIT_KV_SNAPSHOT: self.kv_snapshots.commit,
             ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
+            ApiKey.ADJUST_ISR: self.controller.adjust_isr,
             ApiKey.REGISTER_TABLET_SERVER: self._register_tablet_server,
             ApiKey.TABLET_SERVER_HEARTBEAT: self._tablet_server_heartbeat,
         }

@@ -21,6 +21,9 @@ from strom.common.errors import (
     InvalidColumnProjectionError,
     InvalidRequiredAcksError,
     InvalidTimestampError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimeoutError,
     SchemaNotExistError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
@@ -61,8 +64,9 @@ class _TableRead:
 
 
 class LogService:
-    def __init__(self, replicas: ReplicaManager) -> None:
+    def __init__(self, replicas: ReplicaManager, min_in_sync_replicas: int = 1) -> None:
         self.replicas = replicas
+        self.min_in_sync_replicas = min_in_sync_replicas
 
     # ---- writes
 
@@ -74,6 +78,7 @@ class LogService:
         if request.acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
         response = pb.ProduceLogResponse()
+        waits: list[tuple[pb.PbProduceLogRespForBucket, Replica, int]] = []
         for entry in request.buckets_req:
             bucket = _bucket_of(request.table_id, entry)
             result = response.buckets_resp.add(bucket_id=entry.bucket_id)
@@ -83,13 +88,34 @@ class LogService:
                 replica = self.replicas.leader_replica(bucket)
                 tablet = replica.log_tablet()
                 self._check_schema_ids(replica, entry.records)
+                if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
+                    raise NotEnoughReplicasError(
+                        f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
+                        f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
+                    )
                 appended = tablet.append_as_leader(entry.records)
-                # One replica: the append is committed as soon as it is written. Followers extend this.
-                tablet.update_high_watermark(tablet.log_end_offset)
                 replica.notify_appended()
+                replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
+                if request.acks == -1:
+                    waits.append((result, replica, appended.last_offset + 1))
             except FlussError as e:
                 _set_error(result, e)
+        if waits:
+            timeout = max(request.timeout_ms, 1) / 1000
+            replicated = await asyncio.gather(
+                *(r.wait_for_high_watermark(end, timeout) for _, r, end in waits)
+            )
+            for (result, replica, end), done in zip(waits, replicated, strict=True):
+                if not done:
+                    result.ClearField("base_offset")
+                    _set_error(
+                        result,
+                        RequestTimeoutError(
+                            f"the append to {replica.bucket} (up to offset {end}) was not replicated to the "
+                            f"in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
+                        ),
+                    )
         return response
 
     @staticmethod
@@ -166,6 +192,25 @@ class LogService:
             result.records = records
         return len(fetched.records)
 
+    def _read_for_follower(
+        self,
+        replica: Replica,
+        follower: int,
+        entry: pb.PbFetchLogReqForBucket,
+        result: pb.PbFetchLogRespForBucket,
+    ) -> int:
+        """A follower's fetch: its offset says how far it has the log; it reads up to the log end."""
+        if follower not in replica.replicas:
+            raise NotLeaderOrFollowerError(f"server {follower} is not a replica of {replica.bucket}")
+        tablet = replica.log_tablet()
+        replica.record_follower_fetch(follower, entry.fetch_offset)
+        fetched = tablet.read(entry.fetch_offset, entry.max_fetch_bytes)
+        result.high_watermark = tablet.high_watermark
+        result.log_start_offset = tablet.log_start_offset
+        if fetched.records:
+            result.records = fetched.records
+        return len(fetched.records)
+
     async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
         max_wait = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
         min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
@@ -203,8 +248,15 @@ class LogService:
                 result = table_resp.buckets_resp.add(bucket_id=entry.bucket_id)
                 if entry.HasField("partition_id"):
                     result.partition_id = entry.partition_id
+                replica = None
                 try:
                     replica = self.replicas.leader_replica(bucket)
+                    if request.follower_server_id >= 0:
+                        size = self._read_for_follower(replica, request.follower_server_id, entry, result)
+                        total += size
+                        if size == 0:
+                            waiting_on.append(replica)
+                        continue
                     if plan is None and plan_error is None:
                         try:
                             plan = self._table_read(replica, table_req)
@@ -223,6 +275,10 @@ class LogService:
                 except FlussError as e:
                     log.debug("fetch of %s failed: %s", bucket, e)
                     _set_error(result, e)
+                    if replica is not None and replica.log is not None:
+                        # a follower out of range needs to know where the leader's log starts
+                        result.log_start_offset = replica.log.log_start_offset
+                        result.high_watermark = replica.log.high_watermark
         return response, total, waiting_on
 
     async def list_offsets(

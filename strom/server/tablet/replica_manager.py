@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,14 @@ from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class FollowerState:
+    """What a leader knows about one follower, from its fetches."""
+
+    log_end_offset: int = -1
+    last_caught_up: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -42,10 +51,77 @@ class Replica:
     lake_log_end_offset: int = -1
     # futures of long-polling fetches waiting for this bucket's next append
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    # this server's id; leader-side replication state follows
+    local_id: int = -1
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    # (offset, future) pairs of acks=all writes waiting for the high watermark to reach offset
+    hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     _arrow_schema: pa.Schema | None = None
 
     def is_leader(self, server_id: int) -> bool:
         return self.leader == server_id
+
+    # ---- leader side of replication
+
+    def record_follower_fetch(self, follower: int, fetch_offset: int) -> None:
+        """A follower fetching from `fetch_offset` has everything below it."""
+        state = self.followers.setdefault(follower, FollowerState())
+        state.log_end_offset = fetch_offset
+        if fetch_offset >= self.log_tablet().log_end_offset:
+            state.last_caught_up = time.monotonic()
+        self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> None:
+        """High watermark = the smallest log end among in-sync replicas (the leader included)."""
+        tablet = self.log_tablet()
+        candidate = tablet.log_end_offset
+        for member in self.isr:
+            if member != self.local_id:
+                state = self.followers.get(member)
+                candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        if candidate > tablet.high_watermark:
+            tablet.update_high_watermark(candidate)
+            ready = [w for w in self.hw_waiters if w[0] <= candidate]
+            self.hw_waiters = [w for w in self.hw_waiters if w[0] > candidate]
+            for _, waiter in ready:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self.notify_appended()  # clients long-poll on the high watermark, not the log end
+
+    async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
+        """Until the high watermark reaches `offset` (acks=all); False on timeout."""
+        if self.log_tablet().high_watermark >= offset:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.hw_waiters.append((offset, waiter))
+        try:
+            await asyncio.wait_for(waiter, timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def isr_change(self, max_lag: float) -> tuple[int, ...] | None:
+        """The ISR this leader should propose: laggards out, caught-up followers in (or None)."""
+        tablet = self.log_tablet()
+        now = time.monotonic()
+        isr = set(self.isr)
+        for member in list(isr):
+            if member == self.local_id:
+                continue
+            state = self.followers.get(member)
+            if state is None or now - state.last_caught_up > max_lag:
+                isr.discard(member)
+        for follower, state in self.followers.items():
+            if (
+                follower in self.replicas
+                and follower not in isr
+                and state.log_end_offset >= tablet.high_watermark
+                and now - state.last_caught_up <= max_lag
+            ):
+                isr.add(follower)
+        isr.add(self.local_id)
+        new = tuple(r for r in self.replicas if r in isr)
+        return None if set(new) == set(self.isr) else new
 
     def log_tablet(self) -> LogTablet:
         if self.log is None:
@@ -86,6 +162,10 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.log_config = log_config
         self.replicas: dict[TableBucket, Replica] = {}
+        # role-change hooks: the tablet server starts and stops follower fetching (and KV tablets)
+        self.on_leader: Callable[[Replica], None] = lambda replica: None
+        self.on_follower: Callable[[Replica], None] = lambda replica: None
+        self.on_stopped: Callable[[Replica], None] = lambda replica: None
 
     def get(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)
@@ -143,20 +223,37 @@ class ReplicaManager:
                 "ignoring stale leadership for %s (epoch %d < %d)", bucket, leader_epoch, replica.leader_epoch
             )
             return replica
+        was_leader = replica.leader == self.server_id
+        new_term = leader_epoch > replica.leader_epoch
+        replica.local_id = self.server_id
         replica.leader = leader
         replica.leader_epoch = leader_epoch
         replica.replicas = replicas
         replica.isr = isr
         replica.bucket_epoch = bucket_epoch
-        if leader == self.server_id and set(isr) <= {self.server_id} and replica.log is not None:
-            # A sole in-sync leader has committed everything in its log: after a crash the
-            # checkpointed high watermark may lag the recovered log end.
-            replica.log.update_high_watermark(replica.log.log_end_offset)
+        if leader == self.server_id:
+            if new_term or not was_leader:
+                # every follower starts unknown; the high watermark moves once they fetch
+                replica.followers = {r: FollowerState() for r in replicas if r != self.server_id}
+            # A sole in-sync leader has committed everything in its log, so after a crash it also
+            # recovers a high watermark that its checkpoint may have left behind.
+            replica.maybe_advance_high_watermark()
+            self.on_leader(replica)
+        else:
+            if new_term and replica.log is not None:
+                # Drop what this replica wrote beyond what it knew was committed: the new leader's log
+                # decides (the follower fetches it again).
+                tablet = replica.log
+                if tablet.log_end_offset > tablet.high_watermark:
+                    tablet.truncate_to(tablet.high_watermark)
+            replica.followers = {}
+            self.on_follower(replica)
         return replica
 
     def stop_replica(self, bucket: TableBucket, delete: bool) -> Replica | None:
         replica = self.replicas.pop(bucket, None)
         if replica is not None:
+            self.on_stopped(replica)
             replica.close()
         if replica is not None and delete:
             shutil.rmtree(replica.directory, ignore_errors=True)

@@ -28,6 +28,7 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
+from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,31 @@ class TabletServer:
         self.data_dir = data_dir
         self.coordinator = coordinator
         self.config = Configuration(config)
-        self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
-        self.log_service = LogService(self.replica_manager)
-        self._table_infos: dict[int, TableInfo] = {}
+        self.live_servers: dict[int, tuple[str, int]] = {}
         self.pool = ConnectionPool()
+        self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
+        self.log_service = LogService(
+            self.replica_manager, self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER)
+        )
+        self.fetchers = ReplicaFetcherManager(
+            server_id,
+            self.pool,
+            self.live_servers.get,
+            FetcherSettings(
+                max_bytes=int(self.config.get(options.LOG_REPLICA_FETCH_MAX_BYTES)),
+                max_bytes_per_bucket=int(self.config.get(options.LOG_REPLICA_FETCH_MAX_BYTES_FOR_BUCKET)),
+                max_wait_ms=int(
+                    self.config.get(options.LOG_REPLICA_FETCH_WAIT_MAX_TIME).total_seconds() * 1000
+                ),
+                backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
+            ),
+        )
+        self.replica_manager.on_leader = lambda replica: self.fetchers.unfollow(replica.bucket)
+        self.replica_manager.on_follower = self.fetchers.follow
+        self.replica_manager.on_stopped = lambda replica: self.fetchers.unfollow(replica.bucket)
+        self._table_infos: dict[int, TableInfo] = {}
         self.session_id: int | None = None
         self.coordinator_epoch = -1
-        self.live_servers: dict[int, tuple[str, int]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
         handlers: dict[ApiKey, Handler] = {key: self._forward for key in FORWARDED_TO_COORDINATOR}
@@ -107,11 +126,13 @@ class TabletServer:
         await self.rpc.start()
         self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
         self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
+        self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
         self.replica_manager.close()
@@ -195,6 +216,65 @@ class TabletServer:
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
 
+    # ---- in-sync replicas
+
+    async def _isr_loop(self) -> None:
+        """Leaders drop followers that lag more than log.replica.max-lag-time from the ISR and take
+        caught-up ones back, through AdjustIsr to the coordinator."""
+        max_lag = self.config.get(options.LOG_REPLICA_MAX_LAG_TIME).total_seconds()
+        while True:
+            await asyncio.sleep(max(0.1, min(1.0, max_lag / 4)))
+            proposals: dict[TableBucket, tuple[int, ...]] = {}
+            for bucket, replica in list(self.replica_manager.replicas.items()):
+                if (
+                    replica.is_leader(self.server_id)
+                    and replica.log is not None
+                    and len(replica.replicas) > 1
+                ):
+                    new_isr = replica.isr_change(max_lag)
+                    if new_isr is not None:
+                        proposals[bucket] = new_isr
+            if proposals:
+                try:
+                    await self._adjust_isr(proposals)
+                except FlussError as e:
+                    log.warning("AdjustIsr failed: %s", e)
+
+    async def _adjust_isr(self, proposals: dict[TableBucket, tuple[int, ...]]) -> None:
+        request = pb.AdjustIsrRequest(serverId=self.server_id)
+        by_table: dict[int, pb.PbAdjustIsrReqForTable] = {}
+        for bucket, isr in proposals.items():
+            replica = self.replica_manager.replicas[bucket]
+            table = by_table.get(bucket.table_id)
+            if table is None:
+                table = request.tables_req.add(table_id=bucket.table_id)
+                by_table[bucket.table_id] = table
+            entry = table.buckets_req.add(
+                bucket_id=bucket.bucket,
+                leader_epoch=replica.leader_epoch,
+                new_isr=isr,
+                coordinator_epoch=self.coordinator_epoch,
+                bucket_epoch=replica.bucket_epoch,
+            )
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        response = await self._coordinator_request(ApiKey.ADJUST_ISR, request)
+        for table in response.tables_resp:
+            for result in table.buckets_resp:
+                partition = result.partition_id if result.HasField("partition_id") else None
+                replica = self.replica_manager.replicas.get(
+                    TableBucket(table.table_id, partition, result.bucket_id)
+                )
+                if replica is None:
+                    continue
+                if result.HasField("error_code") and result.error_code != 0:
+                    log.info("ISR change of %s refused: %s", replica.bucket, result.error_message)
+                    continue
+                log.info("ISR of %s is now %s", replica.bucket, list(result.isr))
+                replica.isr = tuple(result.isr)
+                replica.bucket_epoch = result.bucket_epoch
+                replica.maybe_advance_high_watermark()
+
     # ---- tables
 
     def _log_config(self, table: TableInfo) -> LogConfig:
@@ -243,7 +323,8 @@ class TabletServer:
         return pb.GetFileSystemSecurityTokenResponse(schema="file", token=b"")
 
     async def _update_metadata(self, request: pb.UpdateMetadataRequest, ctx: RequestContext) -> Message:
-        self.live_servers = {s.node_id: (s.host, s.port) for s in request.tablet_servers}
+        self.live_servers.clear()
+        self.live_servers.update({s.node_id: (s.host, s.port) for s in request.tablet_servers})
         if request.HasField("coordinator_epoch"):
             self.coordinator_epoch = max(self.coordinator_epoch, request.coordinator_epoch)
         return pb.UpdateMetadataResponse()

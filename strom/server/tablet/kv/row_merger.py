@@ -278,7 +278,7 @@ class RowFields:
 class PartialUpdateMerger:
     """Writes only the target columns; the others keep their stored values."""
 
-    __slots__ = ("_fields", "_key_only", "_keep_on_delete", "_prefix", "_targets", "delete_behavior")
+    __slots__ = ("_fields", "_keep_on_delete", "_key_only", "_prefix", "_targets", "delete_behavior")
 
     def __init__(
         self, schema: Schema, schema_id: int, target_columns: Sequence[int], delete_behavior: DeleteBehavior
@@ -355,8 +355,7 @@ def create_row_merger(info: TableInfo, target_columns: Sequence[int] | None = No
     for c in target_columns:
         if not 0 <= c < n:
             raise InvalidTargetColumnError(
-                f"Target column index {c} is out of range: table '{info.table_path}' has {n} columns "
-                f"{names}."
+                f"Target column index {c} is out of range: table '{info.table_path}' has {n} columns {names}."
             )
     engine = info.merge_engine
     if engine is not None:

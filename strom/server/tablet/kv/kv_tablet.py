@@ -1,0 +1,524 @@
+"""The KV tablet of a primary-key table bucket: the current row of every key, in RocksDB.
+
+Keys are the primary-key bytes exactly as the client encodes them (the KvRecordBatch key); values are
+`int16 LE schema id` + CompactedRow, so Lookup, PrefixLookup and LimitScan return stored bytes as is.
+
+Write path (all synchronous; the caller serializes PutKvs of one bucket):
+1. `prepare_put` parses the KvRecordBatch, reads the old rows (pre-write buffer first, then one RocksDB
+   multi-get), merges each record (row_merger.py) and derives the changelog: +I for a new key, -U old
+   and +U new for an update (only +U with `table.changelog.image` WAL), -D old for a delete of an
+   existing key, nothing for a delete of a missing key or a merge that changes nothing. The changelog
+   becomes ONE ARROW log batch built column-wise, stamped with the table's schema id and the KV batch's
+   writer id and batch sequence, so the log's idempotence check recognises a retried PutKv.
+2. The caller appends the changelog to the log tablet (`put_as_leader` does 1-3 in one go).
+3. `stage` puts the row writes into the pre-write buffer at their log offsets, so the next PutKv merges
+   against them. A duplicate (a retried batch the log already holds) stages nothing.
+4. Once the changelog is committed (high watermark past it), `flush` writes the buffered writes below
+   the watermark to RocksDB in one WriteBatch. Raise the high watermark only to `flushed_offset`, so a
+   client that sees a change in the log can also look it up.
+A sole replica commits on append: `apply` (or `put_as_leader(..., commit=True)`) does 3 and 4 at once
+and skips the buffer when it is empty.
+
+An all-no-op batch (deletes of missing keys, FIRST_ROW duplicates, versioned losers) from an idempotent
+writer still appends an EMPTY batch (no rows, one offset, as Fluss does since its PR #312), because the
+writer's next batch sequence must follow this one. Without a writer id nothing is appended. Readers of
+the changelog (scanners, tiering, recovery) must treat such batches as advancing the offset by one
+(Fluss issue #3892: a tiering round over only empty batches must still move the bucket's offset).
+
+RocksDB runs without its own WAL: the changelog is the write-ahead log, and a tablet is always rebuilt
+from a snapshot plus the changelog after it (recovery.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from rocksdict import Checkpoint, DBCompressionType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from strom.common.config import ChangelogImage, DeleteBehavior
+from strom.common.errors import (
+    CorruptRecordError,
+    DeletionDisabledError,
+    KvStorageError,
+    SchemaNotExistError,
+)
+from strom.common.table_descriptor import TableInfo
+from strom.record.arrow_batch import build_arrow_log_batch
+from strom.record.change_type import ChangeType
+from strom.record.compacted_row import CompactedRowDecoder
+from strom.record.kv_batch import KvRecordBatch
+from strom.record.log_batch import NO_WRITER_ID
+from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
+from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
+from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
+
+__all__ = ["KvTablet", "PreparedPut", "TabletState"]
+
+Buffer = bytes | bytearray | memoryview
+
+_SCHEMA_ID = struct.Struct("<h")
+_INSERT = int(ChangeType.INSERT)
+_UPDATE_BEFORE = int(ChangeType.UPDATE_BEFORE)
+_UPDATE_AFTER = int(ChangeType.UPDATE_AFTER)
+_DELETE = int(ChangeType.DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPut:
+    """A merged PutKv: the changelog to append and the row writes to stage once it is appended."""
+
+    changelog: bytes | None  # one ARROW log batch (maybe empty); None when nothing is to be appended
+    change_types: bytes  # one ChangeType per changelog row
+    # (key, stored value or None for a delete, index of the changelog row that made it, row-count delta)
+    writes: list[tuple[bytes, bytes | None, int, int]]
+    base_offset: int  # the log end offset the merge was computed against
+    record_count: int  # records in the KV batch
+
+
+@dataclass(frozen=True, slots=True)
+class TabletState:
+    """What a snapshot of the tablet covers: every change below `log_offset` is in RocksDB."""
+
+    log_offset: int
+    row_count: int | None  # None when not tracked (changelog image WAL)
+
+
+def _db_options(write_buffer_bytes: int | None) -> Options:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_compression_type(DBCompressionType.lz4())
+    if write_buffer_bytes:
+        options.set_write_buffer_size(write_buffer_bytes)
+    return options
+
+
+def _prefix_upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with `prefix` (None: no such key)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,))
+
+
+class KvTablet:
+    """RocksDB state of one primary-key bucket plus its pre-write buffer. Use `KvTablet.open`.
+
+    Not thread-safe: the replica's owner (the server's event loop) serializes all calls.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        db: Rdict,
+        table_info: TableInfo,
+        log: LogTablet,
+        flushed_offset: int,
+        row_count: int | None,
+    ) -> None:
+        self.directory = directory
+        self.table_info = table_info
+        self.log = log
+        self.buffer = PreWriteBuffer()
+        self._db = db
+        self._flushed_offset = flushed_offset
+        self._row_count = row_count
+        self._wal_image = table_info.changelog_image is ChangelogImage.WAL
+        self._schema_id = table_info.schema_id
+        self._schema_prefix = _SCHEMA_ID.pack(table_info.schema_id)
+        self._arrow_schema = table_info.schema.to_arrow_schema()
+        self._decoder = CompactedRowDecoder(table_info.schema.row_type)
+        self._empty_records = pa.RecordBatch.from_arrays(
+            [pa.array([], f.type) for f in self._arrow_schema], schema=self._arrow_schema
+        )
+        self._compression = table_info.arrow_compression_type.value
+        self._zstd_level = table_info.arrow_compression_zstd_level
+        self._mergers: dict[tuple[int, ...], RowMerger] = {}
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        table_info: TableInfo,
+        log: LogTablet,
+        *,
+        flushed_offset: int = 0,
+        row_count: int | None = 0,
+        write_buffer_bytes: int | None = None,
+    ) -> KvTablet:
+        """Open (creating when absent) the RocksDB database in `directory`.
+
+        `flushed_offset` and `row_count` describe what the database already holds (a restored
+        snapshot); a fresh database holds nothing (0, 0). Row counts are not kept with a WAL image.
+        """
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            db = Rdict(str(directory), _db_options(write_buffer_bytes))
+            write_options = WriteOptions()
+            write_options.disable_wal = True  # the changelog is the write-ahead log
+            db.set_write_options(write_options)
+        except Exception as e:
+            raise KvStorageError(f"cannot open the kv store in {directory}: {e}") from e
+        if table_info.changelog_image is ChangelogImage.WAL:
+            row_count = None
+        return cls(directory, db, table_info, log, flushed_offset, row_count)
+
+    # ---- state -------------------------------------------------------------------------------
+
+    @property
+    def flushed_offset(self) -> int:
+        """Every change of the changelog below this offset is in RocksDB."""
+        return self._flushed_offset
+
+    @property
+    def row_count(self) -> int | None:
+        """Rows in RocksDB (None with a WAL changelog image, where it is not tracked)."""
+        return self._row_count
+
+    @property
+    def failed(self) -> bool:
+        """A RocksDB write failed: the tablet must be rebuilt (reopened from snapshot + changelog)."""
+        return self._failure is not None
+
+    def state(self) -> TabletState:
+        return TabletState(self._flushed_offset, self._row_count)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise KvStorageError(f"the kv tablet in {self.directory} is closed")
+        if self._failure is not None:
+            raise KvStorageError(
+                f"the kv tablet in {self.directory} failed and must be rebuilt: {self._failure}"
+            )
+
+    # ---- the write path ----------------------------------------------------------------------
+
+    def _merger(self, target_columns: Sequence[int] | None) -> RowMerger:
+        key = tuple(target_columns) if target_columns else ()
+        merger = self._mergers.get(key)
+        if merger is None:
+            merger = self._mergers[key] = create_row_merger(self.table_info, target_columns)
+        return merger
+
+    def prepare_put(self, kv_batch: Buffer, target_columns: Sequence[int] | None = None) -> PreparedPut:
+        """Merge a KvRecordBatch against the current rows; changes nothing (see the module doc).
+
+        Raises CorruptRecordError (malformed batch, bad CRC), SchemaNotExistError (unknown schema
+        id), InvalidTargetColumnError, DeletionDisabledError, InvalidTableError (unsupported merge
+        engine) and KvStorageError (RocksDB read failure).
+        """
+        self._check_usable()
+        batch = KvRecordBatch.parse(kv_batch)
+        if not batch.crc_is_valid():
+            raise CorruptRecordError(f"kv record batch fails its CRC check (stored {batch.crc})")
+        if batch.schema_id != self._schema_id:
+            raise SchemaNotExistError(
+                f"kv record batch has schema id {batch.schema_id}, but table '{self.table_info.table_path}' "
+                f"has schema id {self._schema_id}"
+            )
+        merger = self._merger(target_columns)
+        behavior = merger.delete_behavior
+        records = batch.records
+        allow_delete = behavior is DeleteBehavior.ALLOW
+        if behavior is DeleteBehavior.DISABLE and any(v is None for _, v in records):
+            raise DeletionDisabledError(
+                "Delete operations are disabled for this table. The table.delete.behavior is set to "
+                f"'disable' (table '{self.table_info.table_path}')."
+            )
+        # With a WAL image, a full-row upsert on the default engine does not need the old row: the
+        # result is always the new row and its changelog is a lone +U (as Fluss).
+        blind_upsert = self._wal_image and isinstance(merger, DefaultRowMerger)
+        state = self._old_values(records, allow_delete, blind_upsert)
+
+        wal = self._wal_image
+        prefix = self._schema_prefix
+        rows: list[bytes] = []  # stored values of the changelog rows
+        types = bytearray()
+        writes: list[tuple[bytes, bytes | None, int, int]] = []
+        add_row = rows.append
+        add_type = types.append
+        add_write = writes.append
+        merge = merger.merge
+        for key, row in records:
+            if row is None:
+                if not allow_delete:
+                    continue  # IGNORE
+                old = state[key]
+                if old is None:
+                    continue  # nothing to delete
+                new = merger.delete(old)
+                if new is None:
+                    add_row(old)
+                    add_type(_DELETE)
+                    add_write((key, None, len(types) - 1, -1))
+                    state[key] = None
+                    continue
+            else:
+                value = prefix + row
+                if blind_upsert:
+                    add_row(value)
+                    add_type(_UPDATE_AFTER)
+                    add_write((key, value, len(types) - 1, 0))
+                    state[key] = value
+                    continue
+                old = state[key]
+                if old is None:
+                    new = merge(None, value)
+                    add_row(new)
+                    add_type(_INSERT)
+                    add_write((key, new, len(types) - 1, 1))
+                    state[key] = new
+                    continue
+                new = merge(old, value)
+                if new is old:
+                    continue  # the merge engine kept the stored row
+            if not wal:
+                add_row(old)
+                add_type(_UPDATE_BEFORE)
+            add_row(new)
+            add_type(_UPDATE_AFTER)
+            add_write((key, new, len(types) - 1, 0))
+            state[key] = new
+
+        changelog = self._build_changelog(rows, types, batch.writer_id, batch.batch_sequence)
+        return PreparedPut(changelog, bytes(types), writes, self.log.log_end_offset, len(records))
+
+    def _old_values(
+        self, records: list[tuple[bytes, bytes | None]], allow_delete: bool, blind_upsert: bool
+    ) -> dict[bytes, bytes | None]:
+        """The stored value (or None) of each key whose old row the merge will read."""
+        state: dict[bytes, bytes | None] = {}
+        known: set[bytes] = set()
+        from_db: list[bytes] = []
+        lookup = self.buffer.lookup
+        for key, row in records:
+            if key in known:
+                continue
+            if row is None:
+                if not allow_delete:
+                    continue  # an ignored delete neither reads nor writes
+            elif blind_upsert:
+                known.add(key)  # written without reading; later records of the key see that write
+                continue
+            known.add(key)
+            entry = lookup(key)
+            if entry is not None:
+                state[key] = entry.value
+            else:
+                from_db.append(key)
+        if from_db:
+            try:
+                values = self._db.get(from_db)
+            except Exception as e:
+                raise KvStorageError(f"reading old rows from the kv store failed: {e}") from e
+            state.update(zip(from_db, values, strict=True))
+        return state
+
+    def _build_changelog(
+        self, rows: list[bytes], types: bytearray, writer_id: int, batch_sequence: int
+    ) -> bytes | None:
+        if not types:
+            if writer_id == NO_WRITER_ID:
+                return None
+            # keeps the idempotent writer's sequence moving (see the module doc)
+            records = self._empty_records
+        else:
+            records = self._decoder.to_arrow([r[2:] for r in rows], self._arrow_schema)
+        return build_arrow_log_batch(
+            records,
+            schema_id=self._schema_id,
+            change_types=types,
+            writer_id=writer_id,
+            batch_sequence=batch_sequence,
+            compression=self._compression,
+            zstd_level=self._zstd_level,
+        )
+
+    def stage(self, prepared: PreparedPut, appended: AppendResult) -> None:
+        """Put the writes of an appended changelog into the pre-write buffer at their log offsets."""
+        if appended.duplicate or prepared.changelog is None:
+            return  # a retried batch: its writes were staged the first time
+        base = appended.first_offset
+        if base != prepared.base_offset:
+            # Something appended between prepare and append: the merge read stale rows.
+            raise KvStorageError(
+                f"changelog landed at offset {base}, but was merged against log end offset "
+                f"{prepared.base_offset}; PutKv calls of a bucket must be serialized"
+            )
+        put = self.buffer.put
+        for key, value, index, delta in prepared.writes:
+            put(key, value, base + index, delta)
+
+    def apply(self, prepared: PreparedPut, appended: AppendResult) -> None:
+        """Stage and flush at once, for a changelog committed as soon as it is appended (a sole
+        replica). With nothing buffered the writes go straight to RocksDB in one WriteBatch."""
+        if appended.duplicate or prepared.changelog is None or len(self.buffer):
+            self.stage(prepared, appended)
+            self.flush(self.log.log_end_offset)
+            return
+        self._check_usable()
+        if appended.first_offset != prepared.base_offset:
+            self.stage(prepared, appended)  # raises: the merge read stale rows
+        batch = WriteBatch(raw_mode=True)
+        delta = 0
+        for key, value, _, row_delta in prepared.writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+            delta += row_delta
+        self._write(batch)
+        if self._row_count is not None:
+            self._row_count += delta
+        self._flushed_offset = max(self._flushed_offset, appended.last_offset + 1)
+
+    def put_as_leader(
+        self, kv_batch: Buffer, target_columns: Sequence[int] | None = None, *, commit: bool = False
+    ) -> AppendResult:
+        """prepare_put, append the changelog to the log, and stage the writes; the caller then
+        commits (advances the high watermark) and calls `flush`. With `commit` the changelog counts as
+        committed once appended and the writes reach RocksDB right away (`apply`)."""
+        prepared = self.prepare_put(kv_batch, target_columns)
+        if prepared.changelog is None:
+            leo = self.log.log_end_offset
+            return AppendResult(leo, leo - 1, -1, 0)
+        appended = self.log.append_as_leader(prepared.changelog)
+        if commit:
+            self.apply(prepared, appended)
+        else:
+            self.stage(prepared, appended)
+        return appended
+
+    def _write(self, batch: WriteBatch) -> None:
+        try:
+            self._db.write(batch)
+        except Exception as e:
+            # Whatever was to be written is gone from memory: only a rebuild restores the state.
+            self._failure = e
+            raise KvStorageError(f"writing to the kv store in {self.directory} failed: {e}") from e
+
+    def flush(self, end_offset: int) -> int:
+        """Write the buffered writes below `end_offset` (a committed offset) to RocksDB in one
+        WriteBatch; returns the new flushed offset."""
+        self._check_usable()
+        entries = self.buffer.take_until(end_offset)
+        if entries:
+            batch = WriteBatch(raw_mode=True)
+            delta = 0
+            for e in entries:
+                if e.value is None:
+                    batch.delete(e.key)
+                else:
+                    batch.put(e.key, e.value)
+                delta += e.row_delta
+            self._write(batch)
+            if self._row_count is not None:
+                self._row_count += delta
+        if end_offset > self._flushed_offset:
+            self._flushed_offset = end_offset
+        return self._flushed_offset
+
+    def truncate_from(self, offset: int) -> None:
+        """The log was truncated to `offset`: forget buffered writes at or after it. A truncation below
+        the flushed offset leaves RocksDB ahead of the log, so the tablet is marked failed."""
+        self.buffer.truncate_from(offset)
+        if offset < self._flushed_offset:
+            self._failure = KvStorageError(
+                f"log truncated to {offset}, below the kv flushed offset {self._flushed_offset}"
+            )
+
+    # ---- recovery hooks ----------------------------------------------------------------------
+
+    def write_direct(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Write (key, value or None to delete) pairs straight to RocksDB in one WriteBatch (replay of
+        committed changelog; no buffer, no changelog)."""
+        batch = WriteBatch(raw_mode=True)
+        for key, value in writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._write(batch)
+
+    def set_recovered_state(self, flushed_offset: int, row_count: int | None) -> None:
+        self._flushed_offset = flushed_offset
+        self._row_count = None if self._wal_image else row_count
+
+    # ---- reads (committed rows only) ---------------------------------------------------------
+
+    def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The stored value of each key (schema id + row), None when absent."""
+        self._check_usable()
+        if not keys:
+            return []
+        try:
+            return self._db.get(list(keys))  # type: ignore[no-any-return]
+        except Exception as e:
+            raise KvStorageError(f"reading from the kv store failed: {e}") from e
+
+    def prefix_lookup(self, prefixes: Sequence[bytes]) -> list[list[bytes]]:
+        """For each prefix (an encoded bucket key), the stored values of the keys starting with it."""
+        self._check_usable()
+        out: list[list[bytes]] = []
+        try:
+            for prefix in prefixes:
+                options = ReadOptions()
+                upper = _prefix_upper_bound(prefix)
+                if upper is not None:
+                    options.set_iterate_upper_bound(upper)
+                values: list[bytes] = []
+                for key, value in self._db.items(from_key=prefix, read_opt=options):
+                    if upper is None and not key.startswith(prefix):
+                        break
+                    values.append(value)
+                out.append(values)
+        except Exception as e:
+            raise KvStorageError(f"prefix lookup in the kv store failed: {e}") from e
+        return out
+
+    def limit_scan(self, limit: int) -> list[bytes]:
+        """The first `limit` stored values in key order."""
+        self._check_usable()
+        if limit <= 0:
+            return []
+        try:
+            return list(itertools.islice(self._db.values(), limit))
+        except Exception as e:
+            raise KvStorageError(f"scanning the kv store failed: {e}") from e
+
+    def items(self) -> Iterable[tuple[bytes, bytes]]:
+        """Every (key, stored value) in key order (tests, tools)."""
+        self._check_usable()
+        return self._db.items()  # type: ignore[no-any-return]
+
+    # ---- snapshots and lifecycle -------------------------------------------------------------
+
+    def create_checkpoint(self, target: Path) -> TabletState:
+        """A RocksDB checkpoint (hard links; flushes the memtable) of what is flushed, in `target`,
+        which must not exist and must be on the same file system. Returns what it covers."""
+        self._check_usable()
+        state = self.state()
+        try:
+            Checkpoint(self._db).create_checkpoint(str(target))
+        except Exception as e:
+            raise KvStorageError(f"creating a kv checkpoint in {target} failed: {e}") from e
+        return state
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.buffer.clear()
+        self._db.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"KvTablet({self.directory}, flushed_offset={self._flushed_offset}, buffered={len(self.buffer)})"
+        )

@@ -1,0 +1,193 @@
+"""The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup and LimitScan on PK tables.
+
+PutKv merges each bucket's KvRecordBatch in the bucket's KV tablet, appends the resulting changelog to
+the bucket's log (the write-ahead log of the KV state), commits it, and only then writes RocksDB.
+Writes of one bucket are serialized, so each merges against the previous one. Lookups read committed
+rows only and return the stored bytes (`int16 schema id` + CompactedRow) unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from strom.common.errors import (
+    FlussError,
+    InvalidRequiredAcksError,
+    NonPrimaryKeyTableError,
+    UnknownServerError,
+    UnsupportedVersionError,
+)
+from strom.common.table_bucket import TableBucket
+from strom.record.value_batch import build_value_batch
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext
+from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.kv_tablet import KvTablet
+from strom.server.tablet.log_service import LogService
+from strom.server.tablet.replica_manager import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+KV_FORMAT_VERSION_2 = 2
+
+
+def _bucket_of(table_id: int, entry: object) -> TableBucket:
+    partition = entry.partition_id if entry.HasField("partition_id") else None  # type: ignore[attr-defined]
+    return TableBucket(table_id, partition, entry.bucket_id)  # type: ignore[attr-defined]
+
+
+def _set_error(target: object, error: FlussError) -> None:
+    target.error_code = error.code  # type: ignore[attr-defined]
+    target.error_message = error.message  # type: ignore[attr-defined]
+
+
+def _unexpected(bucket: TableBucket, what: str, e: Exception) -> FlussError:
+    log.exception("%s on %s failed", what, bucket)
+    return UnknownServerError(f"{what} on {bucket} failed: {type(e).__name__}: {e}")
+
+
+class KvService:
+    def __init__(
+        self, replicas: ReplicaManager, kv: KvManager, log_service: LogService | None = None
+    ) -> None:
+        self.replicas = replicas
+        self.kv = kv
+        # LimitScan on log tables is the log service's
+        self.log_service = log_service
+
+    # ---- checks
+
+    @staticmethod
+    def _check_pk_table(replica: Replica, api_version: int) -> None:
+        info = replica.table_info
+        if not info.has_primary_key:
+            raise NonPrimaryKeyTableError(
+                f"table '{info.table_path}' has no primary key; use ProduceLog and FetchLog for log tables"
+            )
+        # Old clients encode bucket keys the old way: refuse tables that use the new key encoding.
+        if (
+            api_version == 0
+            and info.datalake_format is not None
+            and info.kv_format_version == KV_FORMAT_VERSION_2
+            and not info.descriptor.is_default_bucket_key()
+        ):
+            raise UnsupportedVersionError(
+                f"Client API version {api_version} is not supported for table '{info.table_path}'. This "
+                f"table uses new key encoding strategy (kv format version {KV_FORMAT_VERSION_2}). Please "
+                "upgrade your Fluss client to a newer version."
+            )
+
+    async def _leader_kv(self, bucket: TableBucket, api_version: int) -> tuple[Replica, KvTablet]:
+        replica = self.replicas.leader_replica(bucket)
+        self._check_pk_table(replica, api_version)
+        return replica, await self.kv.leader_tablet(replica)
+
+    def _commit(self, replica: Replica, kv: KvTablet) -> None:
+        """Commit what was appended and flush it to RocksDB before the high watermark shows it.
+
+        One replica: everything appended is committed at once (as ProduceLog does), so put_as_leader
+        ran with commit=True and this only publishes the high watermark. With followers, put without
+        commit and call KvManager.flush_to_high_watermark where the ISR moves the high watermark.
+        """
+        tablet = replica.log_tablet()
+        tablet.update_high_watermark(kv.flush(tablet.log_end_offset))
+
+    # ---- writes
+
+    async def put_kv(self, request: pb.PutKvRequest, ctx: RequestContext) -> pb.PutKvResponse:
+        if request.acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
+        target_columns = list(request.target_columns) or None
+        response = pb.PutKvResponse()
+        for entry in request.buckets_req:
+            bucket = _bucket_of(request.table_id, entry)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if entry.HasField("partition_id"):
+                result.partition_id = entry.partition_id
+            try:
+                replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                async with self.kv.lock(bucket):
+                    # no await inside: the merge, the append and the staging see one state
+                    appended = kv.put_as_leader(entry.records, target_columns, commit=True)
+                    self._commit(replica, kv)
+                replica.notify_appended()
+                result.log_end_offset = appended.last_offset + 1
+            except FlussError as e:
+                _set_error(result, e)
+            except Exception as e:
+                _set_error(result, _unexpected(bucket, "PutKv", e))
+        return response
+
+    # ---- reads
+
+    async def lookup(self, request: pb.LookupRequest, ctx: RequestContext) -> pb.LookupResponse:
+        response = pb.LookupResponse()
+        for entry in request.buckets_req:
+            bucket = _bucket_of(request.table_id, entry)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if entry.HasField("partition_id"):
+                result.partition_id = entry.partition_id
+            if entry.HasField("original_partition_name"):
+                result.original_partition_name = entry.original_partition_name
+            try:
+                if request.insert_if_not_exists:
+                    raise UnsupportedVersionError(
+                        "Lookup with insert_if_not_exists is not supported by Strom"
+                    )
+                _, kv = await self._leader_kv(bucket, ctx.api_version)
+                values = kv.multi_get(list(entry.keys))
+                add = result.values.add
+                for value in values:
+                    if value is None:
+                        add()  # an empty PbValue: not found
+                    else:
+                        add(values=value)
+            except FlussError as e:
+                del result.values[:]
+                _set_error(result, e)
+            except Exception as e:
+                del result.values[:]
+                _set_error(result, _unexpected(bucket, "Lookup", e))
+        return response
+
+    async def prefix_lookup(
+        self, request: pb.PrefixLookupRequest, ctx: RequestContext
+    ) -> pb.PrefixLookupResponse:
+        response = pb.PrefixLookupResponse()
+        for entry in request.buckets_req:
+            bucket = _bucket_of(request.table_id, entry)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if entry.HasField("partition_id"):
+                result.partition_id = entry.partition_id
+            try:
+                _, kv = await self._leader_kv(bucket, ctx.api_version)
+                for values in kv.prefix_lookup(list(entry.keys)):
+                    result.value_lists.add(values=values)
+            except FlussError as e:
+                del result.value_lists[:]
+                _set_error(result, e)
+            except Exception as e:
+                del result.value_lists[:]
+                _set_error(result, _unexpected(bucket, "PrefixLookup", e))
+        return response
+
+    async def limit_scan(self, request: pb.LimitScanRequest, ctx: RequestContext) -> pb.LimitScanResponse:
+        """LimitScan for every table: PK tables here (one ValueRecordBatch), log tables in LogService."""
+        partition = request.partition_id if request.HasField("partition_id") else None
+        bucket = TableBucket(request.table_id, partition, request.bucket_id)
+        response = pb.LimitScanResponse(is_log_table=False)
+        try:
+            replica = self.replicas.leader_replica(bucket)
+            if not replica.table_info.has_primary_key:
+                if self.log_service is None:
+                    raise NonPrimaryKeyTableError(
+                        f"table '{replica.table_info.table_path}' has no primary key"
+                    )
+                return await self.log_service.limit_scan(request, ctx)
+            _, kv = await self._leader_kv(bucket, ctx.api_version)
+            response.records = build_value_batch(kv.limit_scan(request.limit))
+        except FlussError as e:
+            _set_error(response, e)
+        except Exception as e:
+            _set_error(response, _unexpected(bucket, "LimitScan", e))
+        return response

@@ -1,0 +1,171 @@
+"""Follower replication: one fetch loop per leader server, pulling the buckets this server follows with
+the ordinary FetchLog API (carrying our server id), appending what arrives as a follower and adopting
+the leader's high watermark."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from strom.common.errors import FlussError
+from strom.common.table_bucket import TableBucket
+from strom.rpc.api import ApiKey
+from strom.rpc.client import ConnectionPool
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.tablet.replica_manager import Replica
+
+log = logging.getLogger(__name__)
+
+_OFFSET_OUT_OF_RANGE = 19
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherSettings:
+    max_bytes: int
+    max_bytes_per_bucket: int
+    max_wait_ms: int
+    backoff: float
+
+
+class ReplicaFetcherManager:
+    def __init__(
+        self,
+        server_id: int,
+        pool: ConnectionPool,
+        address_of: Callable[[int], tuple[str, int] | None],
+        settings: FetcherSettings,
+    ) -> None:
+        self.server_id = server_id
+        self.pool = pool
+        self.address_of = address_of
+        self.settings = settings
+        self.followed: dict[int, dict[TableBucket, Replica]] = defaultdict(dict)  # leader -> buckets
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    def follow(self, replica: Replica) -> None:
+        self.unfollow(replica.bucket)
+        leader = replica.leader
+        if leader is None or leader == self.server_id:
+            return
+        self.followed[leader][replica.bucket] = replica
+        task = self.tasks.get(leader)
+        if task is None or task.done():
+            self.tasks[leader] = asyncio.get_running_loop().create_task(
+                self._run(leader), name=f"replica-fetcher-{leader}"
+            )
+
+    def unfollow(self, bucket: TableBucket) -> None:
+        for buckets in self.followed.values():
+            buckets.pop(bucket, None)
+
+    async def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        self.tasks.clear()
+
+    async def _run(self, leader: int) -> None:
+        while True:
+            buckets = {
+                b: r for b, r in self.followed[leader].items() if r.leader == leader and r.log is not None
+            }
+            if not buckets:
+                if not self.followed[leader]:
+                    self.tasks.pop(leader, None)
+                    return
+                await asyncio.sleep(self.settings.backoff)
+                continue
+            address = self.address_of(leader)
+            if address is None:
+                await asyncio.sleep(self.settings.backoff)
+                continue
+            try:
+                response = await self.pool.request(
+                    *address,
+                    ApiKey.FETCH_LOG,
+                    self._request(buckets),
+                    timeout=self.settings.max_wait_ms / 1000 + 30,
+                )
+            except FlussError as e:
+                log.debug("fetch from leader %d failed: %s", leader, e)
+                await asyncio.sleep(self.settings.backoff)
+                continue
+            errors = self._apply(buckets, response)
+            if errors:
+                await asyncio.sleep(self.settings.backoff)
+
+    def _request(self, buckets: dict[TableBucket, Replica]) -> pb.FetchLogRequest:
+        s = self.settings
+        request = pb.FetchLogRequest(
+            follower_server_id=self.server_id, max_bytes=s.max_bytes, max_wait_ms=s.max_wait_ms, min_bytes=1
+        )
+        by_table: dict[int, pb.PbFetchLogReqForTable] = {}
+        for bucket, replica in buckets.items():
+            table = by_table.get(bucket.table_id)
+            if table is None:
+                table = request.tables_req.add(table_id=bucket.table_id, projection_pushdown_enabled=False)
+                by_table[bucket.table_id] = table
+            entry = table.buckets_req.add(
+                bucket_id=bucket.bucket,
+                fetch_offset=replica.log_tablet().log_end_offset,
+                max_fetch_bytes=s.max_bytes_per_bucket,
+            )
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        return request
+
+    def _apply(self, buckets: dict[TableBucket, Replica], response: pb.FetchLogResponse) -> int:
+        errors = 0
+        for table in response.tables_resp:
+            for result in table.buckets_resp:
+                partition = result.partition_id if result.HasField("partition_id") else None
+                replica = buckets.get(TableBucket(table.table_id, partition, result.bucket_id))
+                if replica is None or replica.log is None:
+                    continue
+                tablet = replica.log
+                if result.HasField("error_code") and result.error_code != 0:
+                    errors += 1
+                    if result.error_code == _OFFSET_OUT_OF_RANGE:
+                        self._reset(replica, result)
+                    else:
+                        log.debug(
+                            "follower fetch of %s: error %d %s",
+                            replica.bucket,
+                            result.error_code,
+                            result.error_message,
+                        )
+                    continue
+                try:
+                    if result.HasField("records") and result.records:
+                        tablet.append_as_follower(result.records)
+                        replica.notify_appended()
+                    if result.HasField("high_watermark"):
+                        high_watermark = min(result.high_watermark, tablet.log_end_offset)
+                        if high_watermark > tablet.high_watermark:
+                            tablet.update_high_watermark(high_watermark)
+                except FlussError as e:
+                    errors += 1
+                    log.warning("follower append of %s failed: %s", replica.bucket, e)
+        return errors
+
+    @staticmethod
+    def _reset(replica: Replica, result: pb.PbFetchLogRespForBucket) -> None:
+        """Our log end is outside the leader's log: behind its start (retention) or ahead of its end
+        (an unclean leader change). Restart from what the leader has."""
+        tablet = replica.log_tablet()
+        leader_start = result.log_start_offset if result.HasField("log_start_offset") else None
+        if leader_start is not None and tablet.log_end_offset < leader_start:
+            log.warning(
+                "%s fell behind the leader's log start %d: starting over there", replica.bucket, leader_start
+            )
+            tablet.truncate_fully_and_start_at(leader_start)
+        elif tablet.log_end_offset > tablet.high_watermark:
+            log.warning(
+                "%s is ahead of its leader: truncating to the high watermark %d",
+                replica.bucket,
+                tablet.high_watermark,
+            )
+            tablet.truncate_to(tablet.high_watermark)
