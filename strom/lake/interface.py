@@ -37,12 +37,14 @@ from strom.common.table_path import TablePath
 __all__ = [
     "TABLE_DATALAKE_AUTO_MAINTENANCE",
     "BucketKey",
+    "ChangeTypes",
     "LakeCatalog",
     "LakeCommitter",
     "LakeSnapshotInfo",
     "LakeStorage",
     "LakeWriter",
     "MaintenancePlan",
+    "RowValues",
     "WriteResult",
     "maintenance_plan",
     "split_bucket",
@@ -74,6 +76,9 @@ class WriteResult:
     record_count: int
     # One past the largest offset written, None when the split had no rows.
     end_offset: int | None
+    # The first offset written, None when the split had no rows. The committer refuses results
+    # that start below the lake's tiered offset of their bucket: those rows are already there.
+    start_offset: int | None = None
 
     @property
     def bucket_key(self) -> BucketKey:
