@@ -855,6 +855,13 @@ TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT: ConfigOption[bool] = ConfigOption(
     False,
     "Whether tiering commits also expire old lake snapshots.",
 )
+TABLE_DATALAKE_AUTO_MAINTENANCE: ConfigOption[bool] = ConfigOption(
+    "table.datalake.auto-maintenance",
+    bool,
+    None,
+    "Whether tiering also compacts small lake files per bucket and expires old lake snapshots (the Iceberg "
+    "design's single switch; when unset, auto-compaction and auto-expire-snapshot decide).",
+)
 TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
     "table.merge-engine",
     MergeEngineType,
@@ -922,6 +929,7 @@ TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLE_DATALAKE_FRESHNESS,
         TABLE_DATALAKE_AUTO_COMPACTION,
         TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT,
+        TABLE_DATALAKE_AUTO_MAINTENANCE,
         TABLE_MERGE_ENGINE,
         TABLE_MERGE_ENGINE_VERSION_COLUMN,
         TABLE_DELETE_BEHAVIOR,

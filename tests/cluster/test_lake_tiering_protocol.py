@@ -85,6 +85,18 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         create.table_path.database_name = "fluss"
         create.table_path.table_name = "tiered"
         await conn.request(ApiKey.CREATE_TABLE, create)
+        # the coordinator created the Iceberg table with the Fluss table
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog(
+            **{
+                k.removeprefix("datalake.iceberg."): v
+                for k, v in lake_config(tmp_path).items()
+                if k.startswith("datalake.iceberg.")
+            },
+        )
+        lake_columns = [f.name for f in catalog.load_table("fluss.tiered").schema().fields]
+        assert lake_columns == ["id", "v", "__bucket", "__offset", "__timestamp"]
 
         # not due before its freshness interval has passed
         assert not (await heartbeat(conn, request=True)).HasField("tiering_table")

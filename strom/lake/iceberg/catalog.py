@@ -27,7 +27,8 @@ from strom.lake.interface import LakeCatalog
 
 __all__ = ["DEFAULT_CATALOG_NAME", "IcebergLakeCatalog", "load_iceberg_catalog", "table_identifier"]
 
-DEFAULT_CATALOG_NAME = "fluss-iceberg-catalog"
+# pyiceberg's own default name: `load_catalog(**properties)` then sees the same SQLite catalog rows.
+DEFAULT_CATALOG_NAME = "default"
 EMBEDDED_CATALOG_FILE = "iceberg_catalog.db"
 
 

@@ -32,7 +32,7 @@ from strom.common.partition import (
     parse_partition_name,
     validate_partition_spec,
 )
-from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor
+from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import DEFAULT_DATABASE_NAME, TablePath, validate_database_name
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.controller import Controller, assign_replicas
@@ -80,6 +80,8 @@ class MetadataService:
         # called after a table is created (the coordinator hooks auto-partitioning in here)
         self.on_table_created: Callable[[TableRecord], Awaitable[None]] | None = None
         self.on_table_dropped: Callable[[int], None] | None = None
+        # creates the lake table of a lake-enabled table before the Fluss table exists
+        self.create_lake_table: Callable[[TableInfo], Awaitable[None]] | None = None
 
     # ---- lookups shared by the handlers
 
@@ -207,6 +209,11 @@ class MetadataService:
         assignments = assign_replicas(-1, None, bucket_count, replication_factor, live)
         table_id = self.store.next_id("table")
         created = now_ms()
+        if (
+            self.create_lake_table is not None
+            and descriptor.properties.get("table.datalake.enabled", "").lower() == "true"
+        ):
+            await self.create_lake_table(TableInfo(path, table_id, 1, descriptor, created, created))
         record = TableRecord(
             table_id, path.database_name, path.table_name, 1, descriptor.to_json_bytes(), created, created
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from strom.common import config as options
 from strom.common.config import Configuration
+from strom.common.table_descriptor import TableInfo
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -50,6 +51,8 @@ class CoordinatorServer:
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake = LakeService(self.store, self.controller, self.tiering, data_dir / "lake-offsets")
         self.metadata.on_table_created = self._table_created
+        if self.config.get_optional(options.DATALAKE_FORMAT) is not None:
+            self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots = KvSnapshotService(self.store, self.config)
         self.metadata.on_table_dropped = self._table_dropped
         m = self.metadata
@@ -187,3 +190,12 @@ class CoordinatorServer:
     def _table_dropped(self, table_id: int) -> None:
         self.lake.on_table_dropped(table_id)
         self.kv_snapshots.drop_table(table_id)
+
+    async def _create_lake_table(self, info: TableInfo) -> None:
+        """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""
+        from strom.lake import lake_storage_from_config
+
+        storage = lake_storage_from_config(dict(self.config))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: storage.catalog().create_table(info))
+        log.info("created lake table for %s", info.table_path)
