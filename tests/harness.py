@@ -24,7 +24,8 @@ TEST_CONFIG = {
 class Cluster:
     def __init__(self, base_dir: Path, tablet_servers: int = 1, config: dict[str, str] | None = None) -> None:
         self.base_dir = base_dir
-        self.config = {**TEST_CONFIG, **(config or {})}
+        # one remote directory shared by all servers, as S3 would be: KV snapshots live there
+        self.config = {**TEST_CONFIG, "remote.data.dir": str(base_dir / "remote"), **(config or {})}
         self.coordinator = ServerProcess(
             COORDINATOR,
             0,

@@ -24,6 +24,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 
 COORDINATOR = "coordinator"
 TABLET_SERVER = "tablet-server"
+TIERING = "tiering"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -53,6 +54,20 @@ class ServerProcess:
         return self.process.pid if self.process is not None else None
 
     def command(self) -> list[str]:
+        if self.role == TIERING:
+            args = [
+                sys.executable,
+                "-m",
+                "strom",
+                TIERING,
+                "--bootstrap",
+                self.coordinator or "",
+                "--work-dir",
+                str(self.data_dir),
+            ]
+            for key, value in self.config.items():
+                args += ["--config", f"{key}={value}"]
+            return args
         args = [
             sys.executable,
             "-m",

@@ -1,19 +1,23 @@
 """The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup and LimitScan on PK tables.
 
-PutKv merges each bucket's KvRecordBatch in the bucket's KV tablet, appends the resulting changelog to
-the bucket's log (the write-ahead log of the KV state), commits it, and only then writes RocksDB.
-Writes of one bucket are serialized, so each merges against the previous one. Lookups read committed
+PutKv merges each bucket's KvRecordBatch in the bucket's KV tablet and appends the resulting changelog
+to the bucket's log (the write-ahead log of the KV state); RocksDB gets the rows once the changelog is
+committed (the high watermark passes it), and acks=all answers after that, as ProduceLog does. Writes
+of one bucket are serialized, so each merges against the previous one. Lookups read committed
 rows only and return the stored bytes (`int16 schema id` + CompactedRow) unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from strom.common.errors import (
     FlussError,
     InvalidRequiredAcksError,
     NonPrimaryKeyTableError,
+    NotEnoughReplicasError,
+    RequestTimeoutError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -48,9 +52,14 @@ def _unexpected(bucket: TableBucket, what: str, e: Exception) -> FlussError:
 
 class KvService:
     def __init__(
-        self, replicas: ReplicaManager, kv: KvManager, log_service: LogService | None = None
+        self,
+        replicas: ReplicaManager,
+        kv: KvManager,
+        log_service: LogService | None = None,
+        min_in_sync_replicas: int = 1,
     ) -> None:
         self.replicas = replicas
+        self.min_in_sync_replicas = min_in_sync_replicas
         self.kv = kv
         # LimitScan on log tables is the log service's
         self.log_service = log_service
@@ -82,16 +91,6 @@ class KvService:
         self._check_pk_table(replica, api_version)
         return replica, await self.kv.leader_tablet(replica)
 
-    def _commit(self, replica: Replica, kv: KvTablet) -> None:
-        """Commit what was appended and flush it to RocksDB before the high watermark shows it.
-
-        One replica: everything appended is committed at once (as ProduceLog does), so put_as_leader
-        ran with commit=True and this only publishes the high watermark. With followers, put without
-        commit and call KvManager.flush_to_high_watermark where the ISR moves the high watermark.
-        """
-        tablet = replica.log_tablet()
-        tablet.update_high_watermark(kv.flush(tablet.log_end_offset))
-
     # ---- writes
 
     async def put_kv(self, request: pb.PutKvRequest, ctx: RequestContext) -> pb.PutKvResponse:
@@ -99,6 +98,7 @@ class KvService:
             raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
         target_columns = list(request.target_columns) or None
         response = pb.PutKvResponse()
+        waits: list[tuple[pb.PbPutKvRespForBucket, Replica, int]] = []
         for entry in request.buckets_req:
             bucket = _bucket_of(request.table_id, entry)
             result = response.buckets_resp.add(bucket_id=entry.bucket_id)
@@ -106,17 +106,54 @@ class KvService:
                 result.partition_id = entry.partition_id
             try:
                 replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
+                    raise NotEnoughReplicasError(
+                        f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
+                        f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
+                    )
                 async with self.kv.lock(bucket):
-                    # no await inside: the merge, the append and the staging see one state
-                    appended = kv.put_as_leader(entry.records, target_columns, commit=True)
-                    self._commit(replica, kv)
-                replica.notify_appended()
-                result.log_end_offset = appended.last_offset + 1
+                    # No await inside: the merge, the append and the staging see one state.
+                    # A leader alone in the ISR commits on append: its writes go to RocksDB at once.
+                    alone = set(replica.isr) <= {self.replicas.server_id}
+                    appended = kv.put_as_leader(entry.records, target_columns, commit=alone)
+                    replica.notify_appended()
+                    self._commit(replica)
+                end = appended.last_offset + 1
+                result.log_end_offset = end
+                if request.acks == -1:
+                    waits.append((result, replica, end))
             except FlussError as e:
                 _set_error(result, e)
             except Exception as e:
                 _set_error(result, _unexpected(bucket, "PutKv", e))
+        if waits:
+            timeout = max(request.timeout_ms, 1) / 1000
+            replicated = await asyncio.gather(
+                *(replica.wait_for_high_watermark(end, timeout) for _, replica, end in waits)
+            )
+            for (result, replica, end), done in zip(waits, replicated, strict=True):
+                self._flush_committed(replica)
+                if not done:
+                    result.ClearField("log_end_offset")
+                    _set_error(
+                        result,
+                        RequestTimeoutError(
+                            f"the changelog of {replica.bucket} (up to offset {end}) was not replicated to "
+                            f"the in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
+                        ),
+                    )
         return response
+
+    def _commit(self, replica: Replica) -> None:
+        """Advance the high watermark as far as the ISR allows, and bring RocksDB up to it."""
+        replica.maybe_advance_high_watermark()
+        self._flush_committed(replica)
+
+    def _flush_committed(self, replica: Replica) -> None:
+        # Normally the replica clamps its high watermark with KvManager.flush_to_high_watermark, so
+        # this finds nothing to do; it keeps lookups current if that hook is not wired.
+        if replica.log is not None:
+            self.kv.flush_to_high_watermark(replica, replica.log.high_watermark)
 
     # ---- reads
 

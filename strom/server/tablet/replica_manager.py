@@ -56,6 +56,8 @@ class Replica:
     followers: dict[int, FollowerState] = field(default_factory=dict)
     # (offset, future) pairs of acks=all writes waiting for the high watermark to reach offset
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    # limits a candidate high watermark to what dependent state (RocksDB of a PK table) already holds
+    hw_clamp: Callable[[int], int] | None = None
     _arrow_schema: pa.Schema | None = None
 
     def is_leader(self, server_id: int) -> bool:
@@ -79,6 +81,8 @@ class Replica:
             if member != self.local_id:
                 state = self.followers.get(member)
                 candidate = min(candidate, state.log_end_offset if state is not None else -1)
+        if self.hw_clamp is not None and candidate > tablet.high_watermark:
+            candidate = self.hw_clamp(candidate)
         if candidate > tablet.high_watermark:
             tablet.update_high_watermark(candidate)
             ready = [w for w in self.hw_waiters if w[0] <= candidate]

@@ -26,10 +26,13 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.snapshot import CompletedSnapshot
+from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
-from strom.server.tablet.replica_manager import ReplicaManager
+from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -85,9 +88,22 @@ class TabletServer:
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
             ),
         )
-        self.replica_manager.on_leader = lambda replica: self.fetchers.unfollow(replica.bucket)
-        self.replica_manager.on_follower = self.fetchers.follow
-        self.replica_manager.on_stopped = lambda replica: self.fetchers.unfollow(replica.bucket)
+        self.kv_manager = KvManager(
+            server_id,
+            remote_data_dir=self.config.get(options.REMOTE_DATA_DIR),
+            snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
+            write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            commit_snapshot=self._commit_kv_snapshot,
+        )
+        self.kv_service = KvService(
+            self.replica_manager,
+            self.kv_manager,
+            self.log_service,
+            self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+        )
+        self.replica_manager.on_leader = self._on_leader
+        self.replica_manager.on_follower = self._on_follower
+        self.replica_manager.on_stopped = self._on_stopped
         self._table_infos: dict[int, TableInfo] = {}
         self.session_id: int | None = None
         self.coordinator_epoch = -1
@@ -104,7 +120,10 @@ class TabletServer:
                 ApiKey.PRODUCE_LOG: self.log_service.produce_log,
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
-                ApiKey.LIMIT_SCAN: self.log_service.limit_scan,
+                ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
+                ApiKey.PUT_KV: self.kv_service.put_kv,
+                ApiKey.LOOKUP: self.kv_service.lookup,
+                ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
                 ApiKey.NOTIFY_LAKE_TABLE_OFFSET: self._notify_lake_table_offset,
             }
         )
@@ -127,6 +146,10 @@ class TabletServer:
         self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
         self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
         self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
+        snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
+        self._tasks.append(
+            asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
+        )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -135,6 +158,7 @@ class TabletServer:
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
+        self.kv_manager.close()
         self.replica_manager.close()
 
     # ---- membership
@@ -215,6 +239,35 @@ class TabletServer:
                         tablet.remove_expired_writers(now_ms)
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
+
+    # ---- role changes
+
+    def _on_leader(self, replica: Replica) -> None:
+        self.fetchers.unfollow(replica.bucket)
+        if replica.table_info.has_primary_key:
+            # the high watermark shows a change only once RocksDB has it, so lookups agree with the log
+            replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
+                r, candidate
+            )
+
+    def _on_follower(self, replica: Replica) -> None:
+        self.kv_manager.drop(replica.bucket)
+        replica.hw_clamp = None
+        self.fetchers.follow(replica)
+
+    def _on_stopped(self, replica: Replica) -> None:
+        self.kv_manager.drop(replica.bucket)
+        self.fetchers.unfollow(replica.bucket)
+
+    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
+        await self._coordinator_request(
+            ApiKey.COMMIT_KV_SNAPSHOT,
+            pb.CommitKvSnapshotRequest(
+                completed_snapshot=snapshot.to_json_bytes(),
+                coordinator_epoch=self.coordinator_epoch,
+                bucket_leader_epoch=leader_epoch,
+            ),
+        )
 
     # ---- in-sync replicas
 
@@ -375,7 +428,10 @@ class TabletServer:
         response = pb.StopReplicaResponse()
         for entry in request.stop_replicas_req:
             bucket = TableBucket.from_pb(entry.table_bucket)
-            self.replica_manager.stop_replica(bucket, delete=entry.delete)
+            replica = self.replica_manager.stop_replica(bucket, delete=entry.delete)
+            if replica is not None and entry.delete and replica.table_info.has_primary_key:
+                loop = asyncio.get_running_loop()
+                loop.run_in_executor(None, self.kv_manager.delete_snapshots, replica)
             result = response.stop_replicas_resp.add()
             result.table_bucket.CopyFrom(entry.table_bucket)
         return response

@@ -8,7 +8,9 @@ changelog is replayed, which needs the log from offset 0.
 
 A tablet belongs to one leadership: if the replica object, its log or its leader epoch changed (a new
 leadership after someone else led, so the log may have been truncated) or a write failed, the next
-`leader_tablet` rebuilds it. `drop` must be called when a replica is stopped.
+`leader_tablet` rebuilds it. Call `drop` when a replica stops or becomes a follower (its open
+RocksDB and pre-write buffer go), and wire `flush_to_high_watermark` into the replica's high-watermark
+advance so RocksDB holds every committed change before the high watermark shows it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from strom.common.errors import NotLeaderOrFollowerError
+from strom.common.errors import KvStorageError, NotLeaderOrFollowerError
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.kv.recovery import iter_recover
@@ -125,6 +127,24 @@ class KvManager:
             )
         return entry.kv
 
+    def snapshot_store(self, replica: Replica) -> KvSnapshotStore | None:
+        """The remote snapshot directory of the replica's bucket (None without remote storage): the
+        table's own remote data dir when it has one, else the server's `remote.data.dir`."""
+        remote = replica.table_info.remote_data_dir or self.remote_data_dir
+        if not remote:
+            return None
+        directory = remote_kv_tablet_dir(
+            remote, replica.database, replica.table, replica.bucket, replica.partition_name
+        )
+        return KvSnapshotStore(directory, replica.bucket)
+
+    def delete_snapshots(self, replica: Replica) -> None:
+        """Delete every remote snapshot of the replica's bucket (its table or partition was dropped).
+        Blocking: run it in an executor."""
+        store = self.snapshot_store(replica)
+        if store is not None and store.fs.exists(store.root):
+            store.fs.rm(store.root, recursive=True)
+
     async def _open(self, replica: Replica) -> _Open:
         bucket = replica.bucket
         info = replica.table_info
@@ -132,20 +152,7 @@ class KvManager:
         epoch = replica.leader_epoch
         kv_dir = replica.directory / KV_DIR
         db_dir = kv_dir / "db"
-        store = (
-            KvSnapshotStore(
-                remote_kv_tablet_dir(
-                    replica.table_info.remote_data_dir or self.remote_data_dir or "",
-                    replica.database,
-                    replica.table,
-                    bucket,
-                    replica.partition_name,
-                ),
-                bucket,
-            )
-            if (replica.table_info.remote_data_dir or self.remote_data_dir)
-            else None
-        )
+        store = self.snapshot_store(replica)
         log_end = log_tablet.log_end_offset
 
         def restore() -> tuple[CompletedSnapshot | None, KvSnapshotter | None]:
@@ -196,13 +203,18 @@ class KvManager:
     # ---- commits -----------------------------------------------------------------------------
 
     def flush_to_high_watermark(self, replica: Replica, candidate: int) -> int:
-        """Flush the bucket's committed writes below `candidate` (the new high watermark the ISR
-        allows) and return the high watermark that may be published: never above what is in RocksDB,
-        so a change visible in the log can also be looked up. Without an open tablet: `candidate`."""
+        """Flush the bucket's buffered writes below `candidate` (the high watermark the ISR allows)
+        and return the high watermark that may be published: never beyond what RocksDB holds, so a
+        change visible in the log can also be looked up. Wire it into the replica's high-watermark
+        advance. Without an open tablet of this replica: `candidate` (nothing is buffered)."""
         entry = self._tablets.get(replica.bucket)
-        if entry is None:
+        if entry is None or entry.replica is not replica or entry.kv.failed:
             return candidate
-        return min(candidate, entry.kv.flush(candidate))
+        try:
+            return min(candidate, entry.kv.flush(candidate))
+        except KvStorageError:
+            log.exception("flushing the kv tablet of %s failed; it will be rebuilt", replica.bucket)
+            return candidate if replica.log is None else min(candidate, replica.log.high_watermark)
 
     # ---- snapshots ---------------------------------------------------------------------------
 
