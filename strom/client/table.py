@@ -5,12 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from strom.common.schema import Schema
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 
 if TYPE_CHECKING:
     from strom.client.connection import Connection
+    from strom.client.scanner.table_scan import TableScan
+    from strom.client.writer.append_writer import TableAppend
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,24 @@ class Table:
     @property
     def bucket_count(self) -> int:
         return self.info.bucket_count
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return self.info.schema.to_arrow_schema()
+
+    # ------------------------------------------------------------------ entry points
+
+    def new_append(self) -> TableAppend:
+        """Append writers for this log table: ``table.new_append().create_writer()``."""
+        from strom.client.writer.append_writer import TableAppend
+
+        return TableAppend(self)
+
+    def new_scan(self) -> TableScan:
+        """Log scans of this table: ``table.new_scan().project_by_name([...]).create_log_scanner()``."""
+        from strom.client.scanner.table_scan import TableScan
+
+        return TableScan(self)
 
     def __repr__(self) -> str:
         return f"Table({self.path}, id={self.table_id}, schema_id={self.schema_id})"

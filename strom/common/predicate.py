@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strom.common.errors import InvalidScanRequestError
+from strom.record import values as conv
 
 
 class LeafFunction(enum.IntEnum):
@@ -218,3 +219,84 @@ class BatchFilter:
             return bool(pc.any(self.mask(batch)).as_py())
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
             return True  # cannot evaluate (type mismatch): keep the batch, the client filters again
+
+
+# ---------------------------------------------------------------------------------------- encoding
+
+_LITERAL_TYPE_OF_ROOT: dict[str, LiteralType] = {
+    "BOOLEAN": LiteralType.BOOLEAN,
+    "TINYINT": LiteralType.TINYINT,
+    "SMALLINT": LiteralType.SMALLINT,
+    "INTEGER": LiteralType.INT,
+    "BIGINT": LiteralType.BIGINT,
+    "FLOAT": LiteralType.FLOAT,
+    "DOUBLE": LiteralType.DOUBLE,
+    "CHAR": LiteralType.CHAR,
+    "STRING": LiteralType.VARCHAR,
+    "DECIMAL": LiteralType.DECIMAL,
+    "DATE": LiteralType.DATE,
+    "TIME_WITHOUT_TIME_ZONE": LiteralType.TIME,
+    "TIMESTAMP_WITHOUT_TIME_ZONE": LiteralType.TIMESTAMP,
+    "TIMESTAMP_WITH_LOCAL_TIME_ZONE": LiteralType.TIMESTAMP_LTZ,
+    "BINARY": LiteralType.BINARY,
+    "BYTES": LiteralType.BYTES,
+}
+
+
+def _literal_to_pb(target: Any, value: Any, data_type: Any) -> None:
+    """Fill a `PbLiteralValue` with `value` typed as the column's Fluss `DataType`."""
+    kind = _LITERAL_TYPE_OF_ROOT.get(str(data_type.root))
+    if kind is None:
+        raise InvalidScanRequestError(f"cannot filter on a {data_type} column")
+    target.literal_type = int(kind)
+    target.is_null = value is None
+    if value is None:
+        return
+    if kind == LiteralType.BOOLEAN:
+        target.boolean_value = bool(value)
+    elif kind in (LiteralType.TINYINT, LiteralType.SMALLINT, LiteralType.INT):
+        target.int_value = int(value)
+    elif kind == LiteralType.BIGINT:
+        target.bigint_value = int(value)
+    elif kind == LiteralType.FLOAT:
+        target.float_value = float(value)
+    elif kind == LiteralType.DOUBLE:
+        target.double_value = float(value)
+    elif kind in (LiteralType.CHAR, LiteralType.VARCHAR):
+        target.string_value = str(value)
+    elif kind in (LiteralType.BINARY, LiteralType.BYTES):
+        target.binary_value = bytes(value)
+    elif kind == LiteralType.DATE:
+        target.int_value = conv.date_to_days(value)
+    elif kind == LiteralType.TIME:
+        target.int_value = conv.time_to_millis(value)
+    elif kind == LiteralType.DECIMAL:
+        precision, scale = data_type.precision or 10, data_type.scale or 0
+        unscaled = conv.decimal_to_unscaled(value, precision, scale)
+        if precision <= conv.COMPACT_DECIMAL_MAX_PRECISION:
+            target.decimal_value = unscaled
+        else:
+            target.decimal_bytes = conv.unscaled_to_bytes(unscaled)
+    else:  # TIMESTAMP, TIMESTAMP_LTZ
+        millis, nanos = conv.timestamp_to_parts(value)
+        target.timestamp_millis_value = millis
+        target.timestamp_nano_of_millis_value = nanos
+
+
+def predicate_to_pb(predicate: Predicate, types_by_field_id: dict[int, Any], target: Any) -> Any:
+    """Fill the `PbPredicate` `target` with `predicate`; literals are typed by their column's DataType."""
+    if isinstance(predicate, Leaf):
+        data_type = types_by_field_id.get(predicate.field_id)
+        if data_type is None:
+            raise InvalidScanRequestError(f"filter refers to unknown column id {predicate.field_id}")
+        target.type = 0
+        target.leaf.function = int(predicate.function)
+        target.leaf.field_id = predicate.field_id
+        for literal in predicate.literals:
+            _literal_to_pb(target.leaf.literals.add(), literal, data_type)
+    else:
+        target.type = 1
+        target.compound.function = int(predicate.function)
+        for child in predicate.children:
+            predicate_to_pb(child, types_by_field_id, target.compound.children.add())
+    return target

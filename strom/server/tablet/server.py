@@ -231,7 +231,9 @@ class TabletServer:
                 try:
                     if "checkpoint" in due:
                         tablet.checkpoint_high_watermark()
-                    if "retention" in due:
+                    # A PK table's changelog is also what rebuilds its KV state after the last snapshot, so
+                    # TTL retention applies to log tables only (Fluss keeps it from the snapshot offset).
+                    if "retention" in due and not replica.table_info.has_primary_key:
                         deleted = tablet.apply_retention(now_ms)
                         if deleted:
                             log.info("retention deleted %d segment(s) of %s", deleted, replica.bucket)
