@@ -10,12 +10,14 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from strom.server.launcher import (
     COORDINATOR,
     TABLET_SERVER,
+    TIERING,
     ServerProcess,
     free_port,
     wait_for_tablet_servers,
@@ -156,19 +158,151 @@ def tablet_server(
 
 
 @main.command()
+@click.option(
+    "--bootstrap", "bootstrap", required=True, metavar="HOST:PORT", help="The cluster's bootstrap.servers."
+)
+@click.option(
+    "--work-dir",
+    default="strom-tiering",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Spark's scratch space.",
+)
+@click.option("--master", default="local[2]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--runner",
+    type=click.Choice(["spark", "local"]),
+    default="spark",
+    show_default=True,
+    help="Run splits on Spark executors, or in this process without Spark.",
+)
+@click.option("--poll-interval", default=5.0, show_default=True, help="Seconds between requests for work.")
+@config_file_option
+@config_option
+@click.option("--log-level", default="info", show_default=True)
+def tiering(
+    bootstrap: str,
+    work_dir: Path,
+    master: str,
+    runner: str,
+    poll_interval: float,
+    config_file: Path | None,
+    config_pairs: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Run the lake tiering service (a Spark application) for a cluster.
+
+    The lake is configured like Fluss's tiering job: --config datalake.format=iceberg and
+    --config datalake.iceberg.<catalog property>=... (the prefix is stripped).
+    """
+    from strom.spark.tiering.runner import LocalSplitRunner, SparkSplitRunner
+    from strom.spark.tiering.service import TieringService, TieringSettings
+
+    _setup_logging(log_level)
+    config = {**(parse_config_file(config_file) if config_file else {}), **parse_config_pairs(config_pairs)}
+    lake_format = config.get("datalake.format")
+    if not lake_format:
+        raise click.BadParameter(
+            "set the lake with --config datalake.format=iceberg (and datalake.iceberg.*)"
+        )
+    prefix = f"datalake.{lake_format}."
+    settings = TieringSettings(
+        bootstrap=bootstrap,
+        lake_format=lake_format,
+        lake_properties={k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)},
+        poll_interval=poll_interval,
+    )
+    split_runner: LocalSplitRunner | SparkSplitRunner
+    if runner == "spark":
+        import strom.spark
+
+        work_dir.mkdir(parents=True, exist_ok=True)
+        spark = strom.spark.session(
+            app="strom-tiering", master=master, **{"spark.local.dir": str(work_dir.resolve())}
+        )
+        split_runner = SparkSplitRunner(spark)
+    else:
+        split_runner = LocalSplitRunner()
+
+    async def start() -> Any:
+        service = TieringService(settings, split_runner)
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+
+        class Running:
+            async def stop(self) -> None:
+                stop.set()
+                await task
+
+        return Running()
+
+    _run_server(start)
+
+
+def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
+    """The lake `strom local` sets up under its data directory (Fluss's datalake.<format>.* names)."""
+    lake = data_dir / "lake"
+    if lake_format == "iceberg":
+        return {
+            "datalake.format": "iceberg",
+            "datalake.iceberg.type": "sql",
+            "datalake.iceberg.uri": f"sqlite:///{lake / 'iceberg_catalog.db'}",
+            "datalake.iceberg.warehouse": f"file://{lake / 'iceberg'}",
+        }
+    return {
+        "datalake.format": "paimon",
+        "datalake.paimon.metastore": "filesystem",
+        "datalake.paimon.warehouse": str(lake / "paimon"),
+    }
+
+
+@main.command()
 @click.option("--data-dir", default="strom-data", show_default=True, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=9123, show_default=True, type=int, help="The coordinator's port.")
 @click.option("--tablet-servers", default=1, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--lake-format",
+    type=click.Choice(["iceberg", "paimon"]),
+    default="iceberg",
+    show_default=True,
+    help="The embedded lake that tiering writes to (unless --config datalake.format=... is given).",
+)
+@click.option(
+    "--tiering/--no-tiering", default=True, show_default=True, help="Start the Spark tiering service."
+)
+@click.option(
+    "--tiering-runner",
+    type=click.Choice(["spark", "local"]),
+    default="spark",
+    show_default=True,
+    help="Where tiering splits run: Spark executors, or in the tiering process itself.",
+)
 @config_option
-def local(data_dir: Path, host: str, port: int, tablet_servers: int, config_pairs: tuple[str, ...]) -> None:
-    """Run a local cluster: a coordinator and tablet servers, each its own process."""
+def local(
+    data_dir: Path,
+    host: str,
+    port: int,
+    tablet_servers: int,
+    lake_format: str,
+    tiering: bool,
+    tiering_runner: str,
+    config_pairs: tuple[str, ...],
+) -> None:
+    """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
     console = Console(stderr=False)
-    config = parse_config_pairs(config_pairs)
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    user_config = parse_config_pairs(config_pairs)
+    config = {"remote.data.dir": str(data_dir / "remote")}
+    if "datalake.format" not in user_config:
+        config.update(embedded_lake_config(data_dir, lake_format))
+    config.update(user_config)
+    lake_format = config["datalake.format"]
+    lake_prefix = f"datalake.{lake_format}."
+    lake_properties = {k[len(lake_prefix) :]: v for k, v in config.items() if k.startswith(lake_prefix)}
     logs = data_dir / "logs"
     coordinator_process = ServerProcess(
         COORDINATOR, 0, host, port, data_dir / "coordinator", config, log_path=logs / "coordinator-0.log"
@@ -186,6 +320,22 @@ def local(data_dir: Path, host: str, port: int, tablet_servers: int, config_pair
         )
         for i in range(tablet_servers)
     ]
+    tiering_config = {k: v for k, v in config.items() if k.startswith("datalake.")}
+    tiering_process = (
+        ServerProcess(
+            TIERING,
+            0,
+            host,
+            0,
+            data_dir / "tiering",
+            tiering_config,
+            coordinator=coordinator_process.address,
+            log_path=logs / "tiering-0.log",
+            extra_args=["--runner", tiering_runner, "--poll-interval", "2"],
+        )
+        if tiering
+        else None
+    )
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -211,15 +361,29 @@ def local(data_dir: Path, host: str, port: int, tablet_servers: int, config_pair
         for server in reversed(servers):
             server.stop()
         sys.exit(1)
+    if tiering_process is not None:
+        tiering_process.start()  # Spark takes a few seconds; the cluster is usable meanwhile
+        servers.append(tiering_process)
     cluster = {
         "bootstrap": coordinator_process.address,
         "servers": [
-            {"role": s.role, "id": s.server_id, "host": s.host, "port": s.port, "pid": s.pid} for s in servers
+            {
+                "role": s.role,
+                "id": s.server_id,
+                "host": s.host,
+                "port": s.port if s.role != TIERING else None,
+                "pid": s.pid,
+            }
+            for s in servers
         ],
+        "datalake": {"format": lake_format, "properties": lake_properties},
     }
     (data_dir / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
     console.print(f"Strom cluster ready. bootstrap.servers = [bold]{coordinator_process.address}[/bold]")
     console.print(f"  data: {data_dir}   logs: {logs}   cluster.json: {data_dir / 'cluster.json'}")
+    console.print(f"  lake: {lake_format} {lake_properties}")
+    if tiering_process is not None:
+        console.print(f"  tiering service: pid {tiering_process.pid}, log {tiering_process.log_path}")
     console.print("  Ctrl-C stops it.")
     sys.stdout.flush()
     try:

@@ -43,6 +43,7 @@ class ServerProcess:
     config: dict[str, str]
     coordinator: str | None = None  # host:port, for tablet servers
     log_path: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -67,7 +68,7 @@ class ServerProcess:
             ]
             for key, value in self.config.items():
                 args += ["--config", f"{key}={value}"]
-            return args
+            return args + self.extra_args
         args = [
             sys.executable,
             "-m",

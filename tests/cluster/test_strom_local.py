@@ -18,8 +18,20 @@ from strom.server.launcher import free_port, pid_alive
 
 
 def start_local(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[str]:
+    # the tiering service (Spark) has its own tests in tests/lake; these check the servers
     return subprocess.Popen(
-        [sys.executable, "-m", "strom", "local", "--data-dir", str(data_dir), "--port", str(port), *extra],
+        [
+            sys.executable,
+            "-m",
+            "strom",
+            "local",
+            "--data-dir",
+            str(data_dir),
+            "--port",
+            str(port),
+            "--no-tiering",
+            *extra,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -64,6 +76,8 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
         assert f"127.0.0.1:{port}" in output
         cluster = json.loads((data_dir / "cluster.json").read_text())
         assert cluster["bootstrap"] == f"127.0.0.1:{port}"
+        assert cluster["datalake"]["format"] == "iceberg"
+        assert cluster["datalake"]["properties"]["type"] == "sql"
         roles = sorted((s["role"], s["id"]) for s in cluster["servers"])
         assert roles == [("coordinator", 0), ("tablet-server", 0), ("tablet-server", 1)]
         pids = [s["pid"] for s in cluster["servers"]]

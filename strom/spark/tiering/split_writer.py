@@ -1,0 +1,59 @@
+"""Runs one tiering split: reads its offset range from the cluster and writes it through the lake writer.
+
+This runs on Spark executors (and in-process in tests), so it takes only picklable arguments and
+opens its own client connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import numpy as np
+
+from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import TableInfo
+from strom.lake import load_lake_storage
+from strom.lake.interface import WriteResult
+from strom.spark.tiering.splits import TieringSplit
+
+log = logging.getLogger(__name__)
+
+
+def write_split(
+    split: TieringSplit,
+    table_info: TableInfo,
+    bootstrap: str,
+    lake_format: str,
+    lake_properties: Mapping[str, str],
+) -> WriteResult:
+    """Copy the split's records into new lake files; nothing is visible until the driver commits."""
+    from strom.client.sync import SyncConnection
+
+    storage = load_lake_storage(lake_format, lake_properties)
+    bucket: TableBucket | int = (
+        TableBucket(split.table_id, split.partition_id, split.bucket)
+        if split.partition_id is not None
+        else split.bucket
+    )
+    with (
+        SyncConnection({"bootstrap.servers": bootstrap}) as connection,
+        storage.writer(table_info, bucket, split.partition_name) as writer,
+    ):
+        for chunk in connection.read_bucket_range(
+            f"{split.database}.{split.table}",
+            split.bucket,
+            split.partition_id,
+            split.start_offset,
+            split.end_offset,
+        ):
+            rows = chunk.num_rows
+            if rows == 0:
+                continue  # an empty changelog batch (no-op writes) only moves the offset
+            change_types = None
+            if table_info.has_primary_key and chunk.change_types is not None:
+                change_types = np.frombuffer(chunk.change_types, dtype=np.int8)
+            offsets = np.arange(chunk.base_offset, chunk.base_offset + rows, dtype=np.int64)
+            timestamps = np.full(rows, chunk.timestamp, dtype=np.int64)
+            writer.write(chunk.batch, change_types, offsets, timestamps)
+        return writer.complete()

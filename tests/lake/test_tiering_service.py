@@ -1,0 +1,227 @@
+"""The tiering service against a real cluster: lake-enabled log and PK tables end up in Iceberg exactly as
+Fluss has them, read back with pyiceberg and DuckDB, also when the service is SIGKILLed mid-round again
+and again; and `strom local` runs it on Spark."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import fluss
+import pyarrow as pa
+from harness import Cluster
+from lake_helpers import read_duckdb
+from pyiceberg.catalog import load_catalog
+
+from strom.server.launcher import free_port
+
+LOG_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+PK_SCHEMA = pa.schema([("id", pa.int32()), ("balance", pa.float64())])
+
+
+def lake_config(base: Path) -> dict[str, str]:
+    return {
+        "datalake.format": "iceberg",
+        "datalake.iceberg.type": "sql",
+        "datalake.iceberg.uri": f"sqlite:///{base}/iceberg_catalog.db",
+        "datalake.iceberg.warehouse": f"file://{base}/warehouse",
+    }
+
+
+def iceberg_properties(config: dict[str, str]) -> dict[str, str]:
+    return {
+        k.removeprefix("datalake.iceberg."): v for k, v in config.items() if k.startswith("datalake.iceberg.")
+    }
+
+
+def start_tiering(cluster: Cluster, config: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable,
+        "-m",
+        "strom",
+        "tiering",
+        "--bootstrap",
+        cluster.bootstrap,
+        "--runner",
+        "local",
+        "--poll-interval",
+        "0.3",
+    ]
+    for key, value in config.items():
+        args += ["--config", f"{key}={value}"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def create_tables(connection: Any) -> None:
+    admin = connection.get_admin()
+    lake = {"table.datalake.enabled": "true", "table.datalake.freshness": "1s"}
+    await admin.create_table(
+        fluss.TablePath("fluss", "events"),
+        fluss.TableDescriptor(fluss.Schema(LOG_SCHEMA), bucket_count=3, properties=lake),
+    )
+    await admin.create_table(
+        fluss.TablePath("fluss", "accounts"),
+        fluss.TableDescriptor(fluss.Schema(PK_SCHEMA, primary_keys=["id"]), bucket_count=2, properties=lake),
+    )
+
+
+class Workload:
+    """Writes to both tables and remembers what Fluss must hold."""
+
+    def __init__(self) -> None:
+        self.next_id = 0
+        self.balances: dict[int, float] = {}
+        self.round = 0
+
+    async def write(self, connection: Any) -> None:
+        self.round += 1
+        events = await connection.get_table(fluss.TablePath("fluss", "events"))
+        writer = events.new_append().create_writer()
+        ids = list(range(self.next_id, self.next_id + 500))
+        writer.write_arrow(pa.table({"id": pa.array(ids, pa.int64()), "name": [f"e{i}" for i in ids]}))
+        await writer.flush()
+        self.next_id += 500
+        accounts = await connection.get_table(fluss.TablePath("fluss", "accounts"))
+        upserts = accounts.new_upsert().create_writer()
+        for key in range(self.round * 7 % 40, 60, 3):
+            balance = float(self.round * 100 + key)
+            upserts.upsert({"id": key, "balance": balance})
+            self.balances[key] = balance
+        for key in list(self.balances)[:: 5 + self.round]:
+            upserts.delete({"id": key})
+            del self.balances[key]
+        await upserts.flush()
+
+
+def session(cluster: Cluster, body: Any) -> Any:
+    async def main() -> Any:
+        connection = await fluss.FlussConnection.create(
+            fluss.Config({"bootstrap.servers": cluster.bootstrap})
+        )
+        try:
+            return await asyncio.wait_for(body(connection), 60)
+        finally:
+            await connection.close()
+
+    return asyncio.run(main())
+
+
+def lake_rows(
+    config: dict[str, str], duck: duckdb.DuckDBPyConnection, name: str, columns: list[str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    catalog = load_catalog(**iceberg_properties(config))
+    table = catalog.load_table(f"fluss.{name}")
+    by_pyiceberg = table.scan(selected_fields=tuple(columns)).to_arrow().to_pylist()
+    by_duckdb = read_duckdb(duck, table.metadata_location, columns) if table.current_snapshot() else []
+    return by_pyiceberg, by_duckdb, table
+
+
+def lake_matches(config: dict[str, str], duck: duckdb.DuckDBPyConnection, workload: Workload) -> bool:
+    for reader in (0, 1):
+        events = lake_rows(config, duck, "events", ["id", "name"])[reader]
+        if sorted(r["id"] for r in events) != list(range(workload.next_id)):
+            return False
+        accounts = lake_rows(config, duck, "accounts", ["id", "balance"])[reader]
+        if {r["id"]: r["balance"] for r in accounts} != workload.balances or len(accounts) != len(
+            workload.balances
+        ):
+            return False
+    return True
+
+
+def wait_until_lake_matches(
+    config: dict[str, str], duck: duckdb.DuckDBPyConnection, workload: Workload, timeout: float = 60
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not lake_matches(config, duck, workload):
+        assert time.monotonic() < deadline, "the lake never caught up with Fluss"
+        time.sleep(0.5)
+
+
+def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
+    cluster_factory: Any, tmp_path: Path, duck: duckdb.DuckDBPyConnection
+) -> None:
+    config = lake_config(tmp_path)
+    cluster: Cluster = cluster_factory(tablet_servers=1, config={**config, "lake.tiering.job-timeout": "3s"})
+    session(cluster, create_tables)
+    workload = Workload()
+    log = tmp_path / "tiering.log"
+    log.touch()
+    for kill_delay in (0.0, 0.25, 0.6, 1.2):
+        session(cluster, workload.write)
+        service = start_tiering(cluster, config, log)
+        # let it commit at least one round, give it new data, then kill it somewhere in the next one
+        rounds = log.read_text().count("tiered fluss.")
+        deadline = time.monotonic() + 30
+        while log.read_text().count("tiered fluss.") == rounds:
+            assert time.monotonic() < deadline, "the tiering service made no progress"
+            time.sleep(0.1)
+        session(cluster, workload.write)
+        time.sleep(kill_delay)
+        service.send_signal(signal.SIGKILL)
+        service.wait()
+    session(cluster, workload.write)
+    service = start_tiering(cluster, config, log)
+    try:
+        wait_until_lake_matches(config, duck, workload)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
+
+    # every lake snapshot records where it is in Fluss, and the coordinator reports the same offsets
+    _, _, events = lake_rows(config, duck, "events", ["id"])
+    summary = events.current_snapshot().summary
+    assert summary["commit-user"] == "__fluss_lake_tiering"
+    lake_offsets = {b["bucket"]: b["offset"] for b in json.loads(summary["fluss-offsets"])}
+
+    async def coordinator_view(connection: Any) -> dict[int, int]:
+        snapshot = await connection.get_admin().get_latest_lake_snapshot(fluss.TablePath("fluss", "events"))
+        return {b.bucket_id: o for b, o in snapshot.table_buckets_offset.items()}
+
+    assert session(cluster, coordinator_view) == lake_offsets
+    assert sum(lake_offsets.values()) == workload.next_id
+
+
+def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.DuckDBPyConnection) -> None:
+    data_dir = tmp_path / "data"
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "strom", "local", "--data-dir", str(data_dir), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "cluster ready" in line:
+                break
+        cluster_json = json.loads((data_dir / "cluster.json").read_text())
+        assert "tiering" in {s["role"] for s in cluster_json["servers"]}
+        lake = cluster_json["datalake"]
+        assert lake["format"] == "iceberg"
+        config = {f"datalake.iceberg.{k}": v for k, v in lake["properties"].items()}
+
+        class Local:
+            bootstrap = cluster_json["bootstrap"]
+
+        workload = Workload()
+        session(Local, create_tables)  # type: ignore[arg-type]
+        session(Local, workload.write)  # type: ignore[arg-type]
+        # Spark needs its start-up, then one freshness interval and one round
+        wait_until_lake_matches(config, duck, workload, timeout=120)
+        catalog = load_catalog(**lake["properties"])  # exactly what load_catalog takes
+        assert catalog.load_table("fluss.accounts").current_snapshot() is not None
+        log = (data_dir / "logs" / "tiering-0.log").read_text()
+        assert "tiered fluss.events" in log
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
