@@ -24,7 +24,6 @@ lint: $(STAMP)
 	$(BIN)/ruff check strom tests scripts bench
 
 proto: $(STAMP)
-	$(BIN)/python -m pip install --quiet 'grpcio-tools>=1.74,<1.81'
 	$(BIN)/python scripts/gen_proto.py
 
 clean:

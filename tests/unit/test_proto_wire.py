@@ -320,7 +320,6 @@ def test_strom_internal_messages() -> None:
     ("proto_name", "module"), [("fluss_api.proto", pb), ("strom_internal.proto", internal_pb)]
 )
 def test_generated_code_is_up_to_date(proto_name: str, module: object) -> None:
-    pytest.importorskip("grpc_tools")
     proto_dir = ROOT / "strom" / "rpc" / "proto"
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "set.pb"
