@@ -1,0 +1,344 @@
+"""Reading log tables (and primary-key changelogs) bucket by bucket, from ``new_scan().create_log_scanner()``.
+
+    scanner = table.new_scan().project_by_name(["id", "name"]).create_log_scanner()
+    scanner.subscribe_buckets({b: EARLIEST_OFFSET for b in range(table.bucket_count)})
+    batches = await scanner.poll_batches(1000)      # list[ScanBatch]: Arrow + bucket + offsets
+    records = await scanner.poll(1000)              # ScanRecords: rows as dicts, with offsets
+    everything = await scanner.to_arrow()           # up to the end offsets at the time of the call
+
+A poll returns as soon as fetched data is there, or empty once its timeout passed. Buckets may be
+given a stop offset (`stop_at`, or the `end` of `subscribe`): rows at or past it are never returned and
+the bucket is finished once its position reaches it, so ``[start, end)`` ranges are read exactly
+(what Spark splits need). `finished` is True when every subscribed bucket is. Errors a fetch cannot
+recover from (an offset out of range, a corrupt batch) are raised by the poll that meets them; leader
+changes are followed by refreshing the metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from strom.client.offset_spec import OffsetSpec
+from strom.client.scanner.log_fetcher import EARLIEST_OFFSET, BucketPosition, CompletedFetch, LogFetcher
+from strom.client.scanner.scan_records import ScanBatch, ScanRecords
+from strom.client.scanner.table_scan import ReadPlan
+from strom.common.errors import FlussError, LogOffsetOutOfRangeError
+from strom.common.table_bucket import TableBucket
+
+if TYPE_CHECKING:
+    from strom.client.connection import Connection
+    from strom.client.table import Table
+
+__all__ = ["EARLIEST_OFFSET", "LogScanner"]
+
+BucketKey = int | tuple[int, int] | TableBucket
+
+# Open scanners per connection, closed with it so no fetch outlives the connection.
+_OPEN: weakref.WeakKeyDictionary[Connection, weakref.WeakSet[LogScanner]] = weakref.WeakKeyDictionary()
+
+
+def _register(scanner: LogScanner) -> None:
+    connection = scanner.table.connection
+    scanners = _OPEN.get(connection)
+    if scanners is None:
+        scanners = _OPEN[connection] = weakref.WeakSet()
+        live = scanners
+
+        async def close_all() -> None:
+            for open_scanner in list(live):
+                await open_scanner.close()
+
+        connection.add_close_hook(close_all)
+    scanners.add(scanner)
+
+
+class LogScanner:
+    def __init__(self, table: Table, plan: ReadPlan) -> None:
+        connection = table.connection
+        self.table = table
+        self.plan = plan
+        self._positions: dict[TableBucket, BucketPosition] = {}
+        self._fetcher = LogFetcher(
+            table.path,
+            table.table_id,
+            plan,
+            self._positions,
+            connection.metadata,
+            connection.pool,
+            connection.config,
+        )
+        self._max_poll_records = connection.config.scanner_log_max_poll_records
+        self._closed = False
+        _register(self)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The schema of returned batches: the projected columns in the order asked for."""
+        return self.plan.output_schema
+
+    # ------------------------------------------------------------------ subscriptions
+
+    def _bucket(self, key: BucketKey) -> TableBucket:
+        if isinstance(key, TableBucket):
+            bucket = key
+        elif isinstance(key, tuple):
+            bucket = TableBucket(self.table.table_id, int(key[0]), int(key[1]))
+        else:
+            bucket = TableBucket(self.table.table_id, None, int(key))
+        if bucket.table_id != self.table.table_id:
+            raise ValueError(
+                f"{bucket} is not a bucket of table '{self.table.path}' (id {self.table.table_id})"
+            )
+        if not 0 <= bucket.bucket < self.table.bucket_count:
+            raise ValueError(
+                f"Table '{self.table.path}' has {self.table.bucket_count} buckets; no bucket {bucket.bucket}."
+            )
+        if self.table.is_partitioned and bucket.partition_id is None:
+            raise ValueError(f"Table '{self.table.path}' is partitioned: subscribe with a partition id.")
+        if not self.table.is_partitioned and bucket.partition_id is not None:
+            raise ValueError(
+                f"Table '{self.table.path}' is not partitioned: subscribe without a partition id."
+            )
+        return bucket
+
+    def _subscribe(self, bucket: TableBucket, offset: int, end: int | None) -> None:
+        if offset < 0 and offset != EARLIEST_OFFSET:
+            raise ValueError(f"start offset {offset} is invalid: use an offset >= 0 or EARLIEST_OFFSET (-2)")
+        if end is not None and end < 0:
+            raise ValueError(f"end offset {end} must not be negative")
+        self._fetcher.drop(lambda c: c.bucket == bucket)
+        self._positions[bucket] = BucketPosition(bucket, offset, end)
+
+    def subscribe(self, bucket: int, offset: int = EARLIEST_OFFSET, end: int | None = None) -> None:
+        """Read a bucket of a non-partitioned table from `offset`, up to `end` (exclusive) if given."""
+        self._subscribe(self._bucket(bucket), offset, end)
+
+    def subscribe_buckets(self, offsets: Mapping[int, int]) -> None:
+        for bucket, offset in offsets.items():
+            self.subscribe(bucket, offset)
+
+    def subscribe_partition(
+        self, partition_id: int, bucket: int, offset: int = EARLIEST_OFFSET, end: int | None = None
+    ) -> None:
+        self._subscribe(self._bucket((partition_id, bucket)), offset, end)
+
+    def subscribe_partition_buckets(self, offsets: Mapping[tuple[int, int], int]) -> None:
+        for (partition_id, bucket), offset in offsets.items():
+            self.subscribe_partition(partition_id, bucket, offset)
+
+    def unsubscribe(self, bucket: int) -> None:
+        self._unsubscribe(self._bucket(bucket))
+
+    def unsubscribe_partition(self, partition_id: int, bucket: int) -> None:
+        self._unsubscribe(self._bucket((partition_id, bucket)))
+
+    def _unsubscribe(self, bucket: TableBucket) -> None:
+        self._positions.pop(bucket, None)
+        self._fetcher.drop(lambda c: c.bucket == bucket)
+
+    def stop_at(self, end_offsets: Mapping[BucketKey, int]) -> None:
+        """Stop subscribed buckets at these offsets (exclusive): a bounded read of ``[start, end)``."""
+        for key, end in end_offsets.items():
+            bucket = self._bucket(key)
+            position = self._positions.get(bucket)
+            if position is None:
+                raise ValueError(f"{bucket} is not subscribed")
+            if end < 0:
+                raise ValueError(f"end offset {end} must not be negative")
+            position.stop = end
+            # Already fetched rows past the new stop must not come out.
+            self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+
+    def positions(self) -> dict[TableBucket, int]:
+        """The next offset to read per subscribed bucket (-2 until the first answer for an earliest start)."""
+        return {b: p.offset for b, p in self._positions.items()}
+
+    def high_watermarks(self) -> dict[TableBucket, int]:
+        """The high watermark each bucket's last fetch reported (-1 before the first)."""
+        return {b: p.high_watermark for b, p in self._positions.items()}
+
+    @property
+    def subscribed(self) -> list[TableBucket]:
+        return list(self._positions)
+
+    @property
+    def finished(self) -> bool:
+        """Every subscribed bucket reached its stop offset (never True for an unbounded bucket)."""
+        return all(p.finished for p in self._positions.values())
+
+    # ------------------------------------------------------------------ polling
+
+    async def poll_batches(self, timeout_ms: float, max_records: int | None = None) -> list[ScanBatch]:
+        """Fetched batches (whole, unless `max_records` cuts them), waiting up to `timeout_ms` for data."""
+        if self._closed:
+            raise FlussError("The log scanner is closed.")
+        fetcher = self._fetcher
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000
+        while True:
+            fetcher.data_ready.clear()
+            batches = self._collect(max_records)
+            fetcher.send_fetches()  # prefetch what was just consumed, or start fetching
+            if batches or self.finished or not self._positions:
+                return batches
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            try:
+                await asyncio.wait_for(fetcher.data_ready.wait(), remaining)
+            except TimeoutError:
+                return []
+
+    async def poll(self, timeout_ms: float) -> ScanRecords:
+        """At most ``client.scanner.log.max-poll-records`` records, grouped by bucket."""
+        return ScanRecords.of(await self.poll_batches(timeout_ms, self._max_poll_records))
+
+    async def poll_arrow(self, timeout_ms: float) -> pa.Table:
+        """The fetched rows as one Arrow table (empty, with the schema, when nothing came)."""
+        batches = await self.poll_batches(timeout_ms)
+        return pa.Table.from_batches([b.batch for b in batches], schema=self.arrow_schema)
+
+    def _collect(self, max_records: int | None) -> list[ScanBatch]:
+        out: list[ScanBatch] = []
+        budget = max_records if max_records is not None else -1
+        completed = self._fetcher.completed
+        while completed and budget != 0:
+            fetch = completed[0]
+            position = self._positions.get(fetch.bucket)
+            if position is None or position.offset != fetch.fetch_offset:
+                completed.popleft()  # unsubscribed or repositioned since it was fetched
+                continue
+            if fetch.error is not None:
+                completed.popleft()
+                raise self._describe(fetch)
+            if fetch.high_watermark >= 0:
+                position.high_watermark = fetch.high_watermark
+            while fetch.batches and budget != 0:
+                batch = fetch.batches[0]
+                if 0 < budget < batch.num_rows:
+                    # Hand out the first part; the rest waits for the next poll.
+                    head = ScanBatch(
+                        batch.bucket,
+                        batch.batch.slice(0, budget),
+                        batch.base_offset,
+                        batch.timestamp,
+                        None if batch.change_types is None else batch.change_types[:budget],
+                    )
+                    fetch.batches[0] = ScanBatch(
+                        batch.bucket,
+                        batch.batch.slice(budget),
+                        batch.base_offset + budget,
+                        batch.timestamp,
+                        None if batch.change_types is None else batch.change_types[budget:],
+                    )
+                    batch = head
+                else:
+                    fetch.batches.popleft()
+                out.append(batch)
+                position.offset = batch.next_offset
+                fetch.fetch_offset = batch.next_offset
+                if budget > 0:
+                    budget -= batch.num_rows
+            if fetch.batches:
+                break  # out of budget
+            completed.popleft()
+            if fetch.next_offset is not None and fetch.next_offset > position.offset:
+                position.offset = fetch.next_offset
+        return out
+
+    def _describe(self, fetch: CompletedFetch) -> FlussError:
+        error = fetch.error
+        assert error is not None
+        where = f"bucket {fetch.bucket.bucket}" + (
+            f" of partition {fetch.bucket.partition_id}" if fetch.bucket.partition_id is not None else ""
+        )
+        if isinstance(error, LogOffsetOutOfRangeError):
+            bounds = ""
+            if fetch.log_start_offset >= 0 or fetch.high_watermark >= 0:
+                bounds = f" (the log holds offsets {fetch.log_start_offset} to {fetch.high_watermark})"
+            return LogOffsetOutOfRangeError(
+                f"Cannot read {where} of table '{self.table.path}' from offset {fetch.fetch_offset}: "
+                f"it is out of range{bounds}. Subscribe again from EARLIEST_OFFSET or a valid offset. "
+                f"Server: {error}"
+            )
+        return type(error)(
+            f"Fetching {where} of table '{self.table.path}' at offset {fetch.fetch_offset} failed: {error}"
+        )
+
+    # ------------------------------------------------------------------ bounded reads
+
+    async def end_offsets(self) -> dict[TableBucket, int]:
+        """The latest offset (high watermark) of every subscribed bucket, asked of their leaders."""
+        admin = self.table.connection.get_admin()
+        by_partition: dict[int | None, list[int]] = {}
+        for bucket in self._positions:
+            by_partition.setdefault(bucket.partition_id, []).append(bucket.bucket)
+        metadata = self.table.connection.metadata
+        ends: dict[TableBucket, int] = {}
+        for partition_id, buckets in by_partition.items():
+            name: str | None = None
+            if partition_id is not None:
+                name = metadata.partition_name(partition_id)
+                if name is None:
+                    await metadata.refresh_partitions(self.table.path, [partition_id])
+                    name = metadata.partition_name(partition_id)
+                if name is None:
+                    raise FlussError(f"Partition id {partition_id} of table '{self.table.path}' is unknown.")
+            offsets = await admin.list_offsets(
+                self.table.path, buckets, OffsetSpec.latest(), partition_name=name
+            )
+            for bucket_id, offset in offsets.items():
+                ends[TableBucket(self.table.table_id, partition_id, bucket_id)] = offset
+        return ends
+
+    async def to_arrow(self) -> pa.Table:
+        """Everything from the current positions up to the end offsets at the time of the call."""
+        batches = [b.batch async for b in self.iter_batches(to_end=True)]
+        return pa.Table.from_batches(batches, schema=self.arrow_schema)
+
+    async def to_pandas(self) -> Any:
+        return (await self.to_arrow()).to_pandas()
+
+    async def iter_batches(
+        self, timeout_ms: float = 1000, *, to_end: bool = False
+    ) -> AsyncIterator[ScanBatch]:
+        """Batches until every bucket is finished. With `to_end`, buckets first get a stop offset at
+        their current end (never later than a stop they already have)."""
+        if to_end and self._positions:
+            for bucket, end in (await self.end_offsets()).items():
+                position = self._positions.get(bucket)
+                if position is not None and (position.stop is None or end < position.stop):
+                    position.stop = end
+                    self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+        if any(p.stop is None for p in self._positions.values()):
+            raise ValueError("iter_batches needs a stop offset for every bucket (stop_at or to_end=True)")
+        while not self.finished:
+            for batch in await self.poll_batches(timeout_ms):
+                yield batch
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._fetcher.close()
+
+    async def __aenter__(self) -> LogScanner:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"LogScanner({self.table.path}, {len(self._positions)} buckets)"
