@@ -214,10 +214,10 @@ def tiering(
     )
     split_runner: LocalSplitRunner | SparkSplitRunner
     if runner == "spark":
-        import strom.spark
+        from strom.spark.session import session as spark_session
 
         work_dir.mkdir(parents=True, exist_ok=True)
-        spark = strom.spark.session(
+        spark = spark_session(
             app="strom-tiering", master=master, **{"spark.local.dir": str(work_dir.resolve())}
         )
         split_runner = SparkSplitRunner(spark)
