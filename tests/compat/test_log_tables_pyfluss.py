@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -277,3 +278,43 @@ def test_filter_pushdown_prunes_batches(shared_cluster: Cluster) -> None:
         assert await poll_all(fluss.col("name").starts_with("name-99")) == expected
 
     run(shared_cluster.bootstrap, body)
+
+
+def test_tiered_segments_are_read_from_remote_storage(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1,
+        config={"log.segment.file-size": "4kb", "remote.log.task-interval-duration": "200ms"},
+    )
+    path = fluss.TablePath("fluss", "tiered_log")
+
+    async def write(connection: Any) -> None:
+        admin = connection.get_admin()
+        properties = {"table.log.tiered.local-segments": "1", "table.log.arrow.compression.type": "NONE"}
+        await admin.create_table(
+            path, fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
+        )
+        table = await connection.get_table(path)
+        writer = table.new_append().create_writer()
+        for start in range(0, 2000, 50):  # many small batches: many 4 KB segments
+            writer.write_arrow_batch(rows(start, 50).to_batches()[0])
+            await writer.flush()
+
+    run(cluster.bootstrap, write)
+    remote = cluster.base_dir / "remote" / "log"
+    deadline = time.monotonic() + 20
+    while len(list(remote.rglob("*.log"))) < 5:
+        assert time.monotonic() < deadline, "no segments were tiered"
+        time.sleep(0.2)
+    local_logs = list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))
+    time.sleep(0.5)  # one more task run trims the local copies
+
+    async def read(connection: Any) -> pa.Table:
+        offsets = await connection.get_admin().list_offsets(path, [0], fluss.OffsetSpec.earliest())
+        assert offsets == {0: 0}  # the log still starts at 0: its oldest part is remote
+        table = await connection.get_table(path)
+        return await read_all(table, 1)
+
+    result = run(cluster.bootstrap, read)
+    assert result.sort_by("id").equals(rows(0, 2000))
+    remaining = list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))
+    assert len(remaining) < len(local_logs) or len(remaining) <= 3, "local segments were not trimmed"

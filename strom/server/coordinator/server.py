@@ -21,6 +21,7 @@ from strom.server.coordinator.lake_service import LakeService
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.store.base import TableRecord
 from strom.server.store.sqlite import SqliteMetadataStore
 
@@ -54,6 +55,7 @@ class CoordinatorServer:
         if self.config.get_optional(options.DATALAKE_FORMAT) is not None:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots = KvSnapshotService(self.store, self.config)
+        self.remote_logs = RemoteLogService(self.store)
         self.metadata.on_table_dropped = self._table_dropped
         m = self.metadata
         handlers: dict[ApiKey, Handler] = {
@@ -80,6 +82,8 @@ class CoordinatorServer:
             ApiKey.GET_KV_SNAPSHOT_METADATA: self.kv_snapshots.get_metadata,
             ApiKey.LIST_KV_SNAPSHOTS: self.kv_snapshots.list,
             ApiKey.COMMIT_KV_SNAPSHOT: self.kv_snapshots.commit,
+            ApiKey.COMMIT_REMOTE_LOG_MANIFEST: self.remote_logs.commit,
+            ApiKey.LIST_REMOTE_LOG_MANIFESTS: self.remote_logs.list,
             ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
             ApiKey.ADJUST_ISR: self.controller.adjust_isr,
             ApiKey.REGISTER_TABLET_SERVER: self._register_tablet_server,
@@ -190,6 +194,7 @@ class CoordinatorServer:
     def _table_dropped(self, table_id: int) -> None:
         self.lake.on_table_dropped(table_id)
         self.kv_snapshots.drop_table(table_id)
+        self.remote_logs.drop_table(table_id)
 
     async def _create_lake_table(self, info: TableInfo) -> None:
         """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""

@@ -32,6 +32,7 @@ from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.log_batch import iter_batches
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
+from strom.server.tablet.remote_log import remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,13 @@ OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP = 0, 1, 2
 def _bucket_of(table_id: int, entry: object) -> TableBucket:
     partition = entry.partition_id if entry.HasField("partition_id") else None  # type: ignore[attr-defined]
     return TableBucket(table_id, partition, entry.bucket_id)  # type: ignore[attr-defined]
+
+
+def earliest_offset(replica: Replica) -> int:
+    """The first offset a reader can get: in remote storage when the log's oldest part is tiered."""
+    local = replica.log_tablet().log_start_offset
+    remote = replica.remote.start_offset if replica.remote is not None else None
+    return local if remote is None else min(local, remote)
 
 
 def _set_error(target: object, error: FlussError) -> None:
@@ -161,11 +169,23 @@ class LogService:
     ) -> int:
         """Fills one bucket's answer; returns the bytes scanned in the log (for min_bytes)."""
         tablet = replica.log_tablet()
+        earliest = earliest_offset(replica)
         if fetch_offset == EARLIEST_OFFSET:
-            fetch_offset = tablet.log_start_offset
+            fetch_offset = earliest
+        if (
+            fetch_offset < tablet.log_start_offset
+            and replica.remote is not None
+            and remote_fetch_info(
+                replica.remote, fetch_offset, replica.partition_name, result.remote_log_fetch_info
+            )
+        ):
+            # tiered data: the client downloads these segments from remote storage itself
+            result.high_watermark = tablet.high_watermark
+            result.log_start_offset = earliest
+            return sum(s.segment_size_in_bytes for s in result.remote_log_fetch_info.remote_log_segments)
         fetched = tablet.read(fetch_offset, max_bytes, max_offset=tablet.high_watermark)
         result.high_watermark = fetched.high_watermark
-        result.log_start_offset = fetched.log_start_offset
+        result.log_start_offset = earliest
         records = fetched.records
         if records and (plan.projection is not None or plan.batch_filter is not None):
             kept: list[bytes] = []
@@ -292,7 +312,7 @@ class LogService:
                 replica = self.replicas.leader_replica(TableBucket(request.table_id, partition, bucket_id))
                 tablet = replica.log_tablet()
                 if request.offset_type == OFFSET_EARLIEST:
-                    result.offset = tablet.log_start_offset
+                    result.offset = earliest_offset(replica)
                 elif request.offset_type == OFFSET_LATEST:
                     result.offset = tablet.high_watermark
                 elif request.offset_type == OFFSET_TIMESTAMP:

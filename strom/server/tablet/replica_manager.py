@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -47,6 +48,8 @@ class Replica:
     replicas: tuple[int, ...] = ()
     isr: tuple[int, ...] = ()
     bucket_epoch: int = 0
+    # the part of the log copied to remote storage (strom.server.tablet.remote_log.RemoteLog), once loaded
+    remote: Any = None
     # how far the lake reaches in this bucket's log (NotifyLakeTableOffset), -1 when not tiered
     lake_log_end_offset: int = -1
     # futures of long-polling fetches waiting for this bucket's next append

@@ -31,6 +31,7 @@ from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
+from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -101,6 +102,12 @@ class TabletServer:
             self.log_service,
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
         )
+        remote_root = self.config.get(options.REMOTE_DATA_DIR)
+        self.remote_logs = (
+            RemoteLogManager(self.replica_manager, remote_root, self._commit_remote_log_manifest)
+            if remote_root
+            else None
+        )
         self.replica_manager.on_leader = self._on_leader
         self.replica_manager.on_follower = self._on_follower
         self.replica_manager.on_stopped = self._on_stopped
@@ -146,6 +153,9 @@ class TabletServer:
         self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
         self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
         self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
+        if self.remote_logs is not None:
+            interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
+            self._tasks.append(asyncio.create_task(self.remote_logs.run(interval), name="remote-log"))
         snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
         self._tasks.append(
             asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
@@ -246,6 +256,9 @@ class TabletServer:
 
     def _on_leader(self, replica: Replica) -> None:
         self.fetchers.unfollow(replica.bucket)
+        if self.remote_logs is not None and not replica.table_info.has_primary_key:
+            # readers below the local log start are sent to the remote segments, so know them now
+            asyncio.get_running_loop().run_in_executor(None, self.remote_logs.remote_log, replica)
         if replica.table_info.has_primary_key:
             # the high watermark shows a change only once RocksDB has it, so lookups agree with the log
             replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
@@ -260,6 +273,20 @@ class TabletServer:
     def _on_stopped(self, replica: Replica) -> None:
         self.kv_manager.drop(replica.bucket)
         self.fetchers.unfollow(replica.bucket)
+
+    async def _commit_remote_log_manifest(self, replica: Replica, remote: RemoteLog, manifest: str) -> None:
+        request = pb.CommitRemoteLogManifestRequest(
+            table_id=replica.bucket.table_id,
+            bucket_id=replica.bucket.bucket,
+            remote_log_manifest_path=manifest,
+            remote_log_start_offset=remote.start_offset or 0,
+            remote_log_end_offset=remote.end_offset or 0,
+            coordinator_epoch=self.coordinator_epoch,
+            bucket_leader_epoch=replica.leader_epoch,
+        )
+        if replica.bucket.partition_id is not None:
+            request.partition_id = replica.bucket.partition_id
+        await self._coordinator_request(ApiKey.COMMIT_REMOTE_LOG_MANIFEST, request)
 
     async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
         await self._coordinator_request(

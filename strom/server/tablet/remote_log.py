@@ -1,0 +1,199 @@
+"""Tiered log storage: bucket leaders copy closed log segments to `remote.data.dir` and keep only the
+newest `table.log.tiered.local-segments` of them on local disk.
+
+Remote layout (what Fluss clients download from): `<remote>/log/<db>/<table>-<id>[/<partition>-p<pid>]/
+<bucket>/<segment id>/<base offset, 20 digits>.log`, plus `manifest.json` in the bucket directory listing
+the remote segments. A fetch below the local log start is answered with `remote_log_fetch_info`, and the
+client reads those segments itself. Only log tables are tiered: a primary-key table's changelog stays
+local because it rebuilds the KV state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import fsspec
+
+from strom.server.tablet.replica_manager import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSegment:
+    segment_id: str
+    start_offset: int
+    end_offset: int  # exclusive: the next segment's base offset
+    size: int
+    max_timestamp: int
+
+
+@dataclass
+class RemoteLog:
+    """The remote part of one bucket's log."""
+
+    tablet_dir: str
+    segments: list[RemoteSegment] = field(default_factory=list)
+
+    @property
+    def start_offset(self) -> int | None:
+        return self.segments[0].start_offset if self.segments else None
+
+    @property
+    def end_offset(self) -> int | None:
+        return self.segments[-1].end_offset if self.segments else None
+
+    def covering(self, offset: int, max_segments: int = 4) -> list[RemoteSegment]:
+        """The segments a reader at `offset` needs next."""
+        for i, segment in enumerate(self.segments):
+            if segment.end_offset > offset:
+                return self.segments[i : i + max_segments]
+        return []
+
+    def to_json(self) -> str:
+        return json.dumps({"version": 1, "segments": [asdict(s) for s in self.segments]})
+
+
+def remote_tablet_dir(remote_root: str, replica: Replica) -> str:
+    path = f"{remote_root.rstrip('/')}/log/{replica.database}/{replica.table}-{replica.bucket.table_id}"
+    if replica.bucket.partition_id is not None:
+        path += f"/{replica.partition_name}-p{replica.bucket.partition_id}"
+    return f"{path}/{replica.bucket.bucket}"
+
+
+class RemoteLogManager:
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        remote_root: str,
+        commit_manifest: Callable[[Replica, RemoteLog, str], Awaitable[None]],
+    ) -> None:
+        self.replicas = replicas
+        self.remote_root = remote_root
+        self.commit_manifest = commit_manifest
+        self.fs, _ = fsspec.core.url_to_fs(remote_root)
+
+    def remote_log(self, replica: Replica) -> RemoteLog:
+        """The bucket's remote log, loaded from its manifest the first time (e.g. after a leader change)."""
+        if replica.remote is None:
+            directory = remote_tablet_dir(self.remote_root, replica)
+            remote = RemoteLog(directory)
+            manifest = f"{directory}/{MANIFEST}"
+            if self.fs.exists(manifest):
+                obj = json.loads(self.fs.cat_file(manifest))
+                remote.segments = [RemoteSegment(**s) for s in obj["segments"]]
+            replica.remote = remote
+        return replica.remote  # type: ignore[return-value]
+
+    async def run(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            for replica in list(self.replicas.replicas.values()):
+                if (
+                    replica.is_leader(self.replicas.server_id)
+                    and replica.log is not None
+                    and not replica.table_info.has_primary_key
+                ):
+                    try:
+                        await self.tier(replica)
+                    except Exception:
+                        log.exception("tiering the log of %s failed", replica.bucket)
+
+    async def tier(self, replica: Replica) -> int:
+        """Upload committed closed segments not yet remote, then trim local ones; returns uploads."""
+        tablet = replica.log_tablet()
+        remote = await asyncio.to_thread(self.remote_log, replica)
+        uploaded_end = remote.end_offset or 0
+        todo = [
+            s
+            for s in tablet.closed_segments()
+            if s.base_offset >= uploaded_end and s.next_offset <= tablet.high_watermark
+        ]
+        for segment in todo:
+            segment_id = uuid.uuid4().hex
+            target = f"{remote.tablet_dir}/{segment_id}/{segment.base_offset:020d}.log"
+            await asyncio.to_thread(self._upload, str(segment.path), target)
+            remote.segments.append(
+                RemoteSegment(
+                    segment_id, segment.base_offset, segment.next_offset, segment.size, segment.max_timestamp
+                )
+            )
+        expired = self._expire(replica, remote)
+        if todo or expired:
+            manifest = await asyncio.to_thread(self._write_manifest, remote)
+            await self.commit_manifest(replica, remote, manifest)
+            log.info(
+                "%s: %d segment(s) uploaded, %d expired, remote log [%s, %s)",
+                replica.bucket,
+                len(todo),
+                expired,
+                remote.start_offset,
+                remote.end_offset,
+            )
+        self._trim_local(replica, remote)
+        return len(todo)
+
+    def _upload(self, source: str, target: str) -> None:
+        self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.put_file(source, target)
+
+    def _write_manifest(self, remote: RemoteLog) -> str:
+        path = f"{remote.tablet_dir}/{MANIFEST}"
+        temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+        self.fs.pipe_file(temporary, remote.to_json().encode())
+        self.fs.mv(temporary, path)  # readers see the old or the new manifest, never half of one
+        return path
+
+    def _expire(self, replica: Replica, remote: RemoteLog) -> int:
+        """Remote segments older than table.log.ttl go, oldest first."""
+        ttl = replica.table_info.log_ttl.total_seconds() * 1000
+        if ttl <= 0:
+            return 0
+        cutoff = time.time() * 1000 - ttl
+        expired = 0
+        while remote.segments and remote.segments[0].max_timestamp < cutoff:
+            segment = remote.segments.pop(0)
+            self.fs.rm(f"{remote.tablet_dir}/{segment.segment_id}", recursive=True)
+            expired += 1
+        return expired
+
+    @staticmethod
+    def _trim_local(replica: Replica, remote: RemoteLog) -> None:
+        """Keep the newest table.log.tiered.local-segments closed segments locally; older ones are remote."""
+        tablet = replica.log_tablet()
+        keep = max(0, replica.table_info.tiered_log_local_segments)
+        closed = tablet.closed_segments()
+        removable = closed[: max(0, len(closed) - keep)]
+        remote_end = remote.end_offset or 0
+        removable = [s for s in removable if s.next_offset <= remote_end]
+        if removable:
+            tablet.advance_log_start_offset(removable[-1].next_offset)
+
+
+def remote_fetch_info(remote: RemoteLog, offset: int, partition_name: str | None, target: Any) -> bool:
+    """Fill a PbRemoteLogFetchInfo for a reader at `offset`; False when the remote log lacks it."""
+    segments = remote.covering(offset)
+    if not segments or segments[0].start_offset > offset:
+        return False
+    target.remote_log_tablet_dir = remote.tablet_dir
+    if partition_name is not None:
+        target.partition_name = partition_name
+    for s in segments:
+        target.remote_log_segments.add(
+            remote_log_segment_id=s.segment_id,
+            remote_log_start_offset=s.start_offset,
+            remote_log_end_offset=s.end_offset,
+            segment_size_in_bytes=s.size,
+            max_timestamp=s.max_timestamp,
+        )
+    target.first_start_pos = 0  # the client skips the rows below its fetch offset
+    return True
