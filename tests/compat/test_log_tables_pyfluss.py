@@ -318,3 +318,14 @@ def test_tiered_segments_are_read_from_remote_storage(cluster_factory: Any) -> N
     assert result.sort_by("id").equals(rows(0, 2000))
     remaining = list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))
     assert len(remaining) < len(local_logs) or len(remaining) <= 3, "local segments were not trimmed"
+
+    async def read_with_strom() -> pa.Table:
+        from strom.client import Connection
+
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as ours:
+            table = await ours.get_table("fluss.tiered_log")
+            scanner = table.new_scan().create_log_scanner()
+            scanner.subscribe(0, -2)
+            return await scanner.to_arrow()
+
+    assert asyncio.run(read_with_strom()).sort_by("id").equals(rows(0, 2000))  # Strom's client reads it too

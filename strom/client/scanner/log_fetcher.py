@@ -20,6 +20,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import fsspec
+
 from strom.client.backoff import Backoff
 from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
@@ -249,19 +251,24 @@ class LogFetcher:
             return CompletedFetch(
                 bucket, fetch_offset, error=error, high_watermark=hwm, log_start_offset=log_start
             )
-        if answer.HasField("remote_log_fetch_info"):
-            return CompletedFetch(
-                bucket,
-                fetch_offset,
-                error=FlussError(
-                    f"Bucket {bucket} of '{self.table_path}' at offset {fetch_offset} is only in remote "
-                    "(tiered) storage, which this client cannot read yet."
-                ),
-            )
         position = self.positions.get(bucket)
         stop = position.stop if position is not None else None
         completed = CompletedFetch(bucket, fetch_offset, high_watermark=hwm, log_start_offset=log_start)
         records = answer.records if answer.HasField("records") else b""
+        if answer.HasField("remote_log_fetch_info"):
+            try:
+                records = read_remote_segment(answer.remote_log_fetch_info)
+            except OSError as e:
+                return CompletedFetch(
+                    bucket,
+                    fetch_offset,
+                    error=FlussError(
+                        f"Bucket {bucket} of '{self.table_path}' at offset {fetch_offset}: cannot read its "
+                        f"remote (tiered) log segment: {e}"
+                    ),
+                    high_watermark=hwm,
+                    log_start_offset=log_start,
+                )
         if records:
             try:
                 self._decode(completed, records, stop)
@@ -348,3 +355,33 @@ class LogFetcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+REMOTE_READ_BYTES = 4 * 1024 * 1024
+
+
+def read_remote_segment(info: pb.PbRemoteLogFetchInfo) -> bytes:
+    """Whole batches from the first listed remote segment, starting at `first_start_pos`.
+
+    Reads a bounded chunk (grown until it holds a whole batch) rather than the whole segment; the
+    caller's next fetch continues where these batches end.
+    """
+    if not info.remote_log_segments:
+        return b""
+    segment = info.remote_log_segments[0]
+    # Fluss's remote layout: <tablet dir>/<segment id>/<base offset, 20 digits>.log
+    name = f"{segment.remote_log_start_offset:020d}.log"
+    path = f"{info.remote_log_tablet_dir}/{segment.remote_log_segment_id}/{name}"
+    fs, fs_path = fsspec.core.url_to_fs(path)
+    start = info.first_start_pos if info.HasField("first_start_pos") else 0
+    size = REMOTE_READ_BYTES
+    with fs.open(fs_path, "rb") as f:
+        while True:
+            f.seek(start)
+            data = f.read(size)
+            end = 0
+            for pos, header in iter_batches(data):
+                end = pos + header.size
+            if end or len(data) < size:
+                return data[:end]
+            size *= 2
