@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from strom.server.launcher import (
     COORDINATOR,
@@ -93,3 +95,17 @@ class Cluster:
         for path in sorted((self.base_dir / "logs").glob("*.log")):
             parts.append(f"==== {path.name}\n{path.read_text()[-4000:]}")
         return "\n".join(parts)
+
+
+def run_pyfluss(bootstrap: str, body: Callable[[Any], Awaitable[Any]], timeout: float = 90) -> Any:
+    """Runs `body(connection)` with an official pyfluss connection to the cluster, then closes it."""
+    import fluss
+
+    async def main() -> Any:
+        connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
+        try:
+            return await asyncio.wait_for(body(connection), timeout)
+        finally:
+            await connection.close()
+
+    return asyncio.run(main())

@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import fluss
 import pyarrow as pa
+from harness import run_pyfluss
 
-
-def run(bootstrap: str, body: Callable[[Any], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
-        try:
-            return await asyncio.wait_for(body(connection), 90)
-        finally:
-            await connection.close()
-
-    return asyncio.run(main())
+run = run_pyfluss
 
 
 def unique(prefix: str) -> str:
