@@ -152,3 +152,47 @@ def test_ttl_retention_deletes_old_segments(cluster_factory: Any) -> None:
             assert (await table.fetch(0)).error_code == 19  # below the new log start
 
     asyncio.run(main())
+
+
+def test_segment_truncated_mid_batch_is_repaired_at_start_up(cluster_factory: Any) -> None:
+    cluster: Cluster = cluster_factory(tablet_servers=1)
+
+    async def write() -> None:
+        async with Table(cluster, "torn") as table:
+            for start in range(0, 100, 10):
+                assert (await table.produce(batch(start, 10))).error_code == 0
+            assert await table.offsets() == (0, 100)
+
+    asyncio.run(write())
+    cluster.kill_tablet_server(0)  # a crash: no clean-shutdown marker, so start-up checks the tail
+    segment = next((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))
+    data = segment.read_bytes()
+    segment.write_bytes(data[: len(data) - 25])  # cut into the last batch
+    cluster.start_tablet_server(0)
+    cluster.wait_for_tablet_servers({0})
+
+    async def check() -> None:
+        conn = await RpcConnection.connect(cluster.coordinator.host, cluster.coordinator.port)
+        request = pb.MetadataRequest()
+        request.table_path.add(database_name="fluss", table_name="torn")
+        metadata = await conn.request(ApiKey.GET_METADATA, request)
+        conn.close()
+        table_id = metadata.table_metadata[0].table_id
+        server = cluster.tablet_servers[0]
+        leader = await RpcConnection.connect(server.host, server.port)
+        offsets = pb.ListOffsetsRequest(follower_server_id=-1, offset_type=1, table_id=table_id)
+        offsets.bucket_id.append(0)
+        for _ in range(50):
+            answer = (await leader.request(ApiKey.LIST_OFFSETS, offsets)).buckets_resp[0]
+            if answer.error_code == 0:
+                break
+            await asyncio.sleep(0.1)
+        # the torn batch (offsets 90..99) is gone, the nine whole ones before it are intact
+        assert answer.offset == 90
+        produce = pb.ProduceLogRequest(acks=-1, table_id=table_id, timeout_ms=30000)
+        produce.buckets_req.add(bucket_id=0, records=batch(90, 10))
+        result = (await leader.request(ApiKey.PRODUCE_LOG, produce)).buckets_resp[0]
+        assert result.error_code == 0 and result.base_offset == 90  # appends continue at the right offset
+        leader.close()
+
+    asyncio.run(check())
