@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from lake_helpers import Change
-from test_paimon_helpers import PaimonTiering, paimon_bucket_of, paimon_info, paimon_storage, read_paimon
+from paimon_helpers import PaimonTiering, paimon_bucket_of, paimon_info, paimon_storage, read_paimon
 
 from strom.common import types as T
 from strom.common.types import DataType

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 from lake_helpers import Change, insert
-from test_paimon_helpers import PaimonTiering, paimon_info, paimon_storage
+from paimon_helpers import PaimonTiering, paimon_info, paimon_storage
 
 from strom.common import types as T
 from strom.common.errors import InvalidConfigError, InvalidTableError, LakeTableAlreadyExistError

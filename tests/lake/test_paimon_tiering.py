@@ -23,7 +23,7 @@ from lake_helpers import (
     normalized,
     upsert,
 )
-from test_paimon_helpers import (
+from paimon_helpers import (
     PaimonTiering,
     data_files,
     paimon_bucket_of,

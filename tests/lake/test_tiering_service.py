@@ -225,3 +225,39 @@ def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)
+
+
+def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
+    """The same service and the same tables with the Paimon format, read back with pypaimon."""
+    from pypaimon import CatalogFactory
+
+    config = {
+        "datalake.format": "paimon",
+        "datalake.paimon.metastore": "filesystem",
+        "datalake.paimon.warehouse": str(tmp_path / "paimon"),
+    }
+    cluster: Cluster = cluster_factory(tablet_servers=1, config=config)
+    session(cluster, create_tables)
+    workload = Workload()
+    session(cluster, workload.write)
+    session(cluster, workload.write)
+    service = start_tiering(cluster, config, tmp_path / "tiering.log")
+
+    def read(name: str, columns: list[str]) -> list[dict[str, Any]]:
+        catalog = CatalogFactory.create({"metastore": "filesystem", "warehouse": str(tmp_path / "paimon")})
+        builder = catalog.get_table(f"fluss.{name}").new_read_builder().with_projection(columns)
+        result = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+        return [] if result is None else result.to_pylist()
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            events = sorted(r["id"] for r in read("events", ["id"]))
+            accounts = {r["id"]: r["balance"] for r in read("accounts", ["id", "balance"])}
+            if events == list(range(workload.next_id)) and accounts == workload.balances:
+                break
+            assert time.monotonic() < deadline, "the Paimon lake never caught up with Fluss"
+            time.sleep(0.5)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
