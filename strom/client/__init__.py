@@ -1,4 +1,4 @@
-"""Strom's asyncio client: connection, metadata cache and admin (writers, scanners and lookups follow).
+"""Strom's asyncio client: connection, metadata cache, admin, writers, scanners and lookups.
 
 async with await Connection.create({"bootstrap.servers": "127.0.0.1:9123"}) as connection:
     admin = connection.get_admin()
@@ -9,9 +9,11 @@ from strom.client.admin import Admin, PartitionInfo, SchemaInfo
 from strom.client.cluster import ServerNode
 from strom.client.config import ClientConfig, ClientConfigError
 from strom.client.connection import Connection
+from strom.client.lookup import Lookuper, PrefixLookuper
 from strom.client.offset_spec import OffsetSpec
 from strom.client.snapshots import KvSnapshots, LakeSnapshot
 from strom.client.table import Table
+from strom.client.upsert import UpsertWriter
 from strom.common.errors import FlussError
 from strom.common.partition import PartitionSpec
 from strom.common.schema import Column, Schema
@@ -30,10 +32,12 @@ __all__ = [
     "FlussError",
     "KvSnapshots",
     "LakeSnapshot",
+    "Lookuper",
     "OffsetSpec",
     "PartitionInfo",
     "PartitionSpec",
     "PhysicalTablePath",
+    "PrefixLookuper",
     "Schema",
     "SchemaInfo",
     "ServerNode",
@@ -42,4 +46,5 @@ __all__ = [
     "TableDescriptor",
     "TableInfo",
     "TablePath",
+    "UpsertWriter",
 ]

@@ -4,6 +4,8 @@
         conn.append_arrow("fluss.clicks", arrow_table)
         for part in conn.read_bucket_range("fluss.clicks", bucket=0, partition_id=None, start=0, end=1000):
             part.batch, part.offsets(), part.change_type_array(), part.timestamp
+        conn.upsert_arrow("fluss.users", users, change_type_column="_change_type")   # PK tables
+        rows = conn.read_bucket_state("fluss.users", bucket=0, partition_id=None, end_offset=5000)
 
 A `SyncConnection` runs a private event loop in a daemon thread and owns one `Connection` on it; every
 method submits a coroutine to that loop and blocks until it is done. It may be used from several
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -24,13 +26,16 @@ from strom.client.admin import TablePathLike, as_table_path
 from strom.client.config import ClientConfig
 from strom.client.connection import Connection
 from strom.client.offset_spec import OffsetSpec
+from strom.client.scanner.bucket_state import read_bucket_state
 from strom.client.scanner.log_scanner import LogScanner
 from strom.client.scanner.scan_records import ScanBatch
+from strom.client.scanner.snapshot_reader import BucketSnapshot, SnapshotReader
 from strom.client.table import Table
+from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 
-__all__ = ["SyncConnection"]
+__all__ = ["SnapshotBatches", "SyncConnection"]
 
 T = TypeVar("T")
 
@@ -143,6 +148,99 @@ class SyncConnection:
             scanner.subscribe_partition(partition_id, bucket, start, end)
         return scanner
 
+    # ------------------------------------------------------------------ primary-key tables
+
+    def read_bucket_snapshot(
+        self,
+        table_path: TablePathLike,
+        bucket: int,
+        partition_id: int | None,
+        snapshot_id: int | None = None,
+        projection: Sequence[str] | None = None,
+    ) -> tuple[int | None, SnapshotBatches]:
+        """A bucket's KV snapshot (the latest unless `snapshot_id` names one): its log offset and its
+        rows as RecordBatches (all inserts), or ``(None, empty)`` when the bucket has no snapshot.
+
+        The changelog from that offset on (``read_bucket_range``) must be merged on top by primary
+        key to get later states; `read_bucket_state` does both. Iterate the batches to the end, or
+        close them, to delete the downloaded snapshot.
+        """
+        table = self.get_table(table_path)
+        reader = SnapshotReader(table)
+        snapshot = self._call(reader.open(TableBucket(table.table_id, partition_id, bucket), snapshot_id))
+        if snapshot is None:
+            return None, SnapshotBatches(self, None, projection)
+        return snapshot.log_offset, SnapshotBatches(self, snapshot, projection)
+
+    def read_bucket_state(
+        self,
+        table_path: TablePathLike,
+        bucket: int,
+        partition_id: int | None,
+        end_offset: int | None = None,
+        projection: Sequence[str] | None = None,
+        snapshot_id: int | None = None,
+    ) -> pa.Table:
+        """The rows of a primary-key table bucket as of changelog offset `end_offset` (exclusive; the
+        high watermark when None): its KV snapshot with the changelog up to `end_offset` merged on top
+        by key (last change wins, deleted keys gone)."""
+        table = self.get_table(table_path)
+        return self._call(
+            read_bucket_state(
+                table, bucket, partition_id, end_offset, projection=projection, snapshot_id=snapshot_id
+            )
+        )
+
+    def upsert_arrow(
+        self,
+        table_path: TablePathLike,
+        data: pa.Table | pa.RecordBatch,
+        *,
+        change_type_column: str | None = None,
+        target_columns: Sequence[str] | None = None,
+    ) -> None:
+        """Upsert Arrow rows into a primary-key table (a changelog with `change_type_column`: -D rows
+        delete, -U rows are skipped; only `target_columns` when given) and return once acknowledged."""
+        table = self.get_table(table_path)
+        self._call(self._upsert(table, data, change_type_column, target_columns))
+
+    def delete_arrow(self, table_path: TablePathLike, keys: pa.Table | pa.RecordBatch) -> None:
+        """Delete the rows with these primary keys and return once acknowledged."""
+        self._call(self._delete(self.get_table(table_path), keys))
+
+    def lookup(self, table_path: TablePathLike, keys: Sequence[Any]) -> list[dict[str, Any] | None]:
+        """The rows of these primary keys (dicts or tuples in key order), None where there is none."""
+        table = self.get_table(table_path)
+        return self._call(self._lookup(table, keys))
+
+    @staticmethod
+    async def _upsert(
+        table: Table,
+        data: pa.Table | pa.RecordBatch,
+        change_type_column: str | None,
+        target_columns: Sequence[str] | None,
+    ) -> None:
+        upsert = table.new_upsert()
+        if target_columns is not None:
+            upsert = upsert.partial_update_by_name(list(target_columns))
+        writer = upsert.create_writer()
+        batches = [data] if isinstance(data, pa.RecordBatch) else data.to_batches()
+        for batch in batches:
+            if batch.num_rows:
+                writer.write_arrow_batch(batch, change_type_column=change_type_column)
+                await writer.wait_for_capacity()
+        await writer.flush()
+
+    @staticmethod
+    async def _delete(table: Table, keys: pa.Table | pa.RecordBatch) -> None:
+        writer = table.new_upsert().create_writer()
+        writer.delete_arrow(keys)
+        await writer.flush()
+
+    @staticmethod
+    async def _lookup(table: Table, keys: Sequence[Any]) -> list[dict[str, Any] | None]:
+        return await table.new_lookup().create_lookuper().lookup_many(keys)
+
     # ------------------------------------------------------------------ writing
 
     def append_arrow(self, table_path: TablePathLike, data: pa.Table | pa.RecordBatch) -> None:
@@ -188,3 +286,58 @@ class SyncConnection:
 
     def __repr__(self) -> str:
         return f"SyncConnection({self._connection!r})"
+
+
+class SnapshotBatches:
+    """The rows of a downloaded KV snapshot, batch by batch; the local copy goes when they are
+    exhausted or `close` is called."""
+
+    def __init__(
+        self, sync: SyncConnection, snapshot: BucketSnapshot | None, projection: Sequence[str] | None
+    ) -> None:
+        self._sync = sync
+        self._snapshot = snapshot
+        self._projection = None if projection is None else list(projection)
+        self._rows = None if snapshot is None else snapshot.batches().__aiter__()
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._rows is None:
+            raise StopIteration
+        try:
+            batch = self._sync.run(_next_or_none(self._rows))
+        except BaseException:
+            self.close()
+            raise
+        if batch is None:
+            self.close()
+            raise StopIteration
+        return batch if self._projection is None else batch.select(self._projection)
+
+    def close(self) -> None:
+        snapshot, self._snapshot, self._rows = self._snapshot, None, None
+        if snapshot is not None:
+            snapshot.close()
+
+    def __enter__(self) -> SnapshotBatches:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+async def _next_or_none(rows: AsyncIterator[pa.RecordBatch]) -> pa.RecordBatch | None:
+    try:
+        return await rows.__anext__()
+    except StopAsyncIteration:
+        return None

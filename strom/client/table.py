@@ -13,7 +13,9 @@ from strom.common.table_path import TablePath
 
 if TYPE_CHECKING:
     from strom.client.connection import Connection
+    from strom.client.lookup.lookuper import TableLookup
     from strom.client.scanner.table_scan import TableScan
+    from strom.client.upsert.upsert_writer import TableUpsert
     from strom.client.writer.append_writer import TableAppend
 
 
@@ -68,6 +70,18 @@ class Table:
         from strom.client.writer.append_writer import TableAppend
 
         return TableAppend(self)
+
+    def new_upsert(self) -> TableUpsert:
+        """Upsert writers for this primary-key table: ``table.new_upsert().create_writer()``."""
+        from strom.client.upsert.upsert_writer import TableUpsert
+
+        return TableUpsert(self)
+
+    def new_lookup(self) -> TableLookup:
+        """Key lookups of this primary-key table: ``table.new_lookup().create_lookuper()``."""
+        from strom.client.lookup.lookuper import TableLookup
+
+        return TableLookup(self)
 
     def new_scan(self) -> TableScan:
         """Log scans of this table: ``table.new_scan().project_by_name([...]).create_log_scanner()``."""

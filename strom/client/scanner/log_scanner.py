@@ -6,6 +6,11 @@
     records = await scanner.poll(1000)              # ScanRecords: rows as dicts, with offsets
     everything = await scanner.to_arrow()           # up to the end offsets at the time of the call
 
+Startup modes (``table.new_scan().startup_mode("full")``, see `startup`): ``await
+scanner.subscribe_startup()`` subscribes every bucket (of every partition) where the mode says; in
+``full`` mode the buckets of a primary-key table first hand out their KV snapshot's rows as inserts
+(offset and timestamp -1), then their changelog after it.
+
 A poll returns as soon as fetched data is there, or empty once its timeout passed. Buckets may be
 given a stop offset (`stop_at`, or the `end` of `subscribe`): rows at or past it are never returned and
 the bucket is finished once its position reaches it, so ``[start, end)`` ranges are read exactly
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +32,9 @@ import pyarrow as pa
 from strom.client.offset_spec import OffsetSpec
 from strom.client.scanner.log_fetcher import EARLIEST_OFFSET, BucketPosition, CompletedFetch, LogFetcher
 from strom.client.scanner.scan_records import ScanBatch, ScanRecords
+from strom.client.scanner.snapshot_feed import SnapshotFeed
+from strom.client.scanner.snapshot_reader import SnapshotReader
+from strom.client.scanner.startup import StartupMode, StartupSpec
 from strom.client.scanner.table_scan import ReadPlan
 from strom.common.errors import FlussError, LogOffsetOutOfRangeError
 from strom.common.table_bucket import TableBucket
@@ -59,10 +67,13 @@ def _register(scanner: LogScanner) -> None:
 
 
 class LogScanner:
-    def __init__(self, table: Table, plan: ReadPlan) -> None:
+    def __init__(self, table: Table, plan: ReadPlan, startup: StartupSpec | None = None) -> None:
         connection = table.connection
         self.table = table
         self.plan = plan
+        self.startup = startup or StartupSpec()
+        # KV snapshots still to hand out (startup mode full on a primary-key table).
+        self._feed: SnapshotFeed | None = None
         self._positions: dict[TableBucket, BucketPosition] = {}
         self._fetcher = LogFetcher(
             table.path,
@@ -113,6 +124,8 @@ class LogScanner:
         if end is not None and end < 0:
             raise ValueError(f"end offset {end} must not be negative")
         self._fetcher.drop(lambda c: c.bucket == bucket)
+        if self._feed is not None:
+            self._feed.discard(bucket)
         self._positions[bucket] = BucketPosition(bucket, offset, end)
 
     def subscribe(self, bucket: int, offset: int = EARLIEST_OFFSET, end: int | None = None) -> None:
@@ -141,6 +154,70 @@ class LogScanner:
     def _unsubscribe(self, bucket: TableBucket) -> None:
         self._positions.pop(bucket, None)
         self._fetcher.drop(lambda c: c.bucket == bucket)
+        if self._feed is not None:
+            self._feed.discard(bucket)
+
+    async def subscribe_startup(
+        self, buckets: Iterable[int] | None = None, partition_ids: Iterable[int] | None = None
+    ) -> None:
+        """Subscribe buckets (all by default) of the table, or of the given partitions (all that exist
+        now by default), where the scan's startup mode says."""
+        table = self.table
+        bucket_ids = list(range(table.bucket_count)) if buckets is None else sorted({int(b) for b in buckets})
+        for b in bucket_ids:
+            self._bucket(b if not table.is_partitioned else (0, b))  # range check
+        admin = table.connection.get_admin()
+        parts: list[tuple[int | None, str | None]] = [(None, None)]
+        if table.is_partitioned:
+            infos = await admin.list_partition_infos(table.path)
+            names = {p.partition_id: p.partition_name for p in infos}
+            wanted = list(names) if partition_ids is None else [int(p) for p in partition_ids]
+            unknown = [p for p in wanted if p not in names]
+            if unknown:
+                raise ValueError(f"Table '{table.path}' has no partition(s) with id {unknown}.")
+            parts = [(p, names[p]) for p in wanted]
+        elif partition_ids is not None:
+            raise ValueError(f"Table '{table.path}' is not partitioned: subscribe without partition ids.")
+        mode = self.startup.mode
+        for partition_id, name in parts:
+            buckets_here = [TableBucket(table.table_id, partition_id, b) for b in bucket_ids]
+            if mode is StartupMode.EARLIEST or (mode is StartupMode.FULL and not table.has_primary_key):
+                for bucket in buckets_here:
+                    self._subscribe(bucket, EARLIEST_OFFSET, None)
+            elif mode is StartupMode.FULL:
+                await self._subscribe_full(buckets_here, partition_id)
+            else:
+                spec = OffsetSpec.latest()
+                if mode is StartupMode.TIMESTAMP:
+                    assert self.startup.timestamp_ms is not None
+                    spec = OffsetSpec.timestamp(self.startup.timestamp_ms)
+                offsets = await admin.list_offsets(table.path, bucket_ids, spec, partition_name=name)
+                for bucket in buckets_here:
+                    self._subscribe(bucket, offsets[bucket.bucket], None)
+
+    async def _subscribe_full(self, buckets: list[TableBucket], partition_id: int | None) -> None:
+        if self._feed is None:
+            output = list(self.plan.output_schema.names)
+            self._feed = SnapshotFeed(
+                SnapshotReader(self.table), lambda batch: batch.select(output), self._reposition
+            )
+        latest = await self._feed.reader.latest(partition_id)
+        for bucket in buckets:
+            snapshot = latest.get(bucket.bucket)
+            if snapshot is None:
+                self._subscribe(bucket, EARLIEST_OFFSET, None)
+            else:
+                # The changelog after the snapshot is fetched meanwhile, but held back until the
+                # snapshot's rows are out.
+                self._subscribe(bucket, snapshot[1], None)
+                self._feed.add(bucket, snapshot[0], snapshot[1])
+
+    def _reposition(self, bucket: TableBucket, offset: int) -> None:
+        """Move a held bucket's changelog start (its snapshot was replaced before it was read)."""
+        position = self._positions.get(bucket)
+        if position is not None:
+            self._fetcher.drop(lambda c: c.bucket == bucket)
+            position.offset = offset
 
     def stop_at(self, end_offsets: Mapping[BucketKey, int]) -> None:
         """Stop subscribed buckets at these offsets (exclusive): a bounded read of ``[start, end)``."""
@@ -168,8 +245,15 @@ class LogScanner:
         return list(self._positions)
 
     @property
+    def snapshots_pending(self) -> bool:
+        """Whether KV snapshot rows (startup mode full) are still to be handed out."""
+        return self._feed is not None and self._feed.active
+
+    @property
     def finished(self) -> bool:
         """Every subscribed bucket reached its stop offset (never True for an unbounded bucket)."""
+        if self._feed is not None and self._feed.active:
+            return False
         return all(p.finished for p in self._positions.values())
 
     # ------------------------------------------------------------------ polling
@@ -184,12 +268,20 @@ class LogScanner:
         while True:
             fetcher.data_ready.clear()
             batches = self._collect(max_records)
+            feed = self._feed
+            if feed is not None and feed.active:
+                budget = None if max_records is None else max_records - sum(b.num_rows for b in batches)
+                if budget is None or budget > 0:
+                    wait = 0.0 if batches else deadline - loop.time()
+                    batches.extend(await feed.next_batches(wait, budget))
             fetcher.send_fetches()  # prefetch what was just consumed, or start fetching
             if batches or self.finished or not self._positions:
                 return batches
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
+            if feed is not None and feed.active:
+                continue  # the feed waits for its next snapshot itself
             try:
                 await asyncio.wait_for(fetcher.data_ready.wait(), remaining)
             except TimeoutError:
@@ -208,8 +300,13 @@ class LogScanner:
         out: list[ScanBatch] = []
         budget = max_records if max_records is not None else -1
         completed = self._fetcher.completed
+        held = self._feed.held if self._feed is not None else ()
+        skipped: list[CompletedFetch] = []
         while completed and budget != 0:
             fetch = completed[0]
+            if fetch.bucket in held:
+                skipped.append(completed.popleft())  # its snapshot comes first
+                continue
             position = self._positions.get(fetch.bucket)
             if position is None or position.offset != fetch.fetch_offset:
                 completed.popleft()  # unsubscribed or repositioned since it was fetched
@@ -250,6 +347,7 @@ class LogScanner:
             completed.popleft()
             if fetch.next_offset is not None and fetch.next_offset > position.offset:
                 position.offset = fetch.next_offset
+        completed.extendleft(reversed(skipped))
         return out
 
     def _describe(self, fetch: CompletedFetch) -> FlussError:
@@ -327,6 +425,8 @@ class LogScanner:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            if self._feed is not None:
+                await self._feed.close()
             await self._fetcher.close()
 
     async def __aenter__(self) -> LogScanner:

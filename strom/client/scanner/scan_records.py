@@ -20,7 +20,8 @@ class ScanBatch:
 
     `timestamp` is the commit time (epoch ms) the server gave the log batch the rows came from.
     `change_types` holds one `ChangeType` byte per row for changelogs (primary-key tables); None
-    means every row is append-only (+A).
+    means every row is append-only (+A). Rows of a KV snapshot (startup mode ``full``) have no offset
+    nor timestamp: `base_offset` and `timestamp` are -1 and every row's offset is -1.
     """
 
     bucket: TableBucket
@@ -41,8 +42,15 @@ class ScanBatch:
     def next_offset(self) -> int:
         return self.base_offset + self.batch.num_rows
 
+    @property
+    def from_snapshot(self) -> bool:
+        """Whether these are KV snapshot rows (no offsets)."""
+        return self.base_offset < 0
+
     def offsets(self) -> pa.Array:
-        """The offset of every row (int64)."""
+        """The offset of every row (int64; -1 for snapshot rows)."""
+        if self.from_snapshot:
+            return pa.repeat(pa.scalar(-1, pa.int64()), self.batch.num_rows)
         return pa.array(range(self.base_offset, self.next_offset), pa.int64())
 
     def change_type_array(self) -> pa.Array:
@@ -54,6 +62,8 @@ class ScanBatch:
     def records(self) -> list[ScanRecord]:
         rows = self.batch.to_pylist()
         types = self.change_types
+        if self.from_snapshot:
+            return [ScanRecord(-1, self.timestamp, ChangeType.INSERT, row) for row in rows]
         if types is None:
             return [
                 ScanRecord(self.base_offset + i, self.timestamp, ChangeType.APPEND_ONLY, row)

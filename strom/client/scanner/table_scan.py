@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from strom.client.scanner.filter import Filter
+from strom.client.scanner.startup import StartupMode, StartupSpec
 from strom.common.errors import InvalidColumnProjectionError
 from strom.common.predicate import Predicate, predicate_to_pb
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -56,6 +57,7 @@ class TableScan:
         self.table = table
         self._projection: list[int] | None = None
         self._filter: Filter | None = None
+        self._startup = StartupSpec()
 
     def project(self, indexes: Sequence[int]) -> TableScan:
         """Read only these columns (0-based indexes), returned in the order given."""
@@ -91,6 +93,17 @@ class TableScan:
         self._filter = predicate
         return self
 
+    def startup_mode(self, mode: StartupMode | str, timestamp_ms: int | None = None) -> TableScan:
+        """Where `LogScanner.subscribe_startup` starts: "full" (the default: a primary-key table's KV
+        snapshot, then its changelog), "earliest", "latest" or "timestamp" (with `timestamp_ms`)."""
+        self._startup = StartupSpec.of(mode, timestamp_ms)
+        return self
+
+    def options(self, options: Mapping[str, object]) -> TableScan:
+        """Scan options by their Fluss names: ``scan.startup.mode``, ``scan.startup.timestamp``."""
+        self._startup = StartupSpec.from_options(options)
+        return self
+
     def plan(self) -> ReadPlan:
         schema = self.table.schema
         arrow_schema = schema.to_arrow_schema()
@@ -110,7 +123,7 @@ class TableScan:
     def create_log_scanner(self) -> LogScanner:
         from strom.client.scanner.log_scanner import LogScanner
 
-        return LogScanner(self.table, self.plan())
+        return LogScanner(self.table, self.plan(), self._startup)
 
     # pyfluss's name for the scanner that returns Arrow; ours returns both records and Arrow.
     create_record_batch_log_scanner = create_log_scanner

@@ -1,0 +1,265 @@
+"""Reading primary-key tables by key: ``table.new_lookup().create_lookuper()`` and prefix lookups with
+``table.new_lookup().lookup_by(columns).create_lookuper()``.
+
+    lookuper = table.new_lookup().create_lookuper()
+    row = await lookuper.lookup({"id": 1})                      # dict, or None when there is none
+    rows = await lookuper.lookup_many([{"id": 1}, (2,)])        # one dict|None per key, in order
+    found = await lookuper.lookup_arrow(pa.table({"id": [1, 2]}))
+
+    by_customer = table.new_lookup().lookup_by(["region", "customer"]).create_lookuper()
+    orders = await by_customer.lookup({"region": "eu", "customer": 7})   # list of dicts
+
+Keys are encoded and routed exactly as pyfluss does (`strom.client.upsert.key_routing`); a key in a
+partition that does not exist finds nothing. Lookups of every lookuper of the connection, and of
+concurrent callers, share batches (`lookup_client`). Values are decoded with the schema they were
+written with (`value_decoder`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from strom.client.lookup.lookup_client import LookupClient, lookup_client_for
+from strom.client.lookup.value_decoder import ValueDecoder
+from strom.client.upsert.key_routing import KeyRouting
+from strom.common.errors import NonPrimaryKeyTableError, PartitionNotExistError
+from strom.common.table_bucket import TableBucket
+from strom.record.key_encoder import RowKeyEncoder
+
+if TYPE_CHECKING:
+    from strom.client.table import Table
+
+__all__ = ["Lookuper", "PrefixLookuper", "TableLookup", "TablePrefixLookup"]
+
+KeyLike = Mapping[str, Any] | Sequence[Any]
+
+
+class TableLookup:
+    """``table.new_lookup()``: primary-key lookups, or prefix lookups with `lookup_by`."""
+
+    def __init__(self, table: Table) -> None:
+        if not table.has_primary_key:
+            raise NonPrimaryKeyTableError(
+                f"Table '{table.path}' has no primary key; lookups are for primary-key tables."
+            )
+        self.table = table
+
+    def lookup_by(self, columns: Sequence[str]) -> TablePrefixLookup:
+        """Prefix lookups by the partition keys (if any) followed by the bucket keys."""
+        return TablePrefixLookup(self.table, tuple(columns))
+
+    def create_lookuper(self) -> Lookuper:
+        return Lookuper(self.table)
+
+
+class TablePrefixLookup:
+    def __init__(self, table: Table, columns: tuple[str, ...]) -> None:
+        self.table = table
+        self.columns = columns
+
+    def create_lookuper(self) -> PrefixLookuper:
+        return PrefixLookuper(self.table, self.columns)
+
+
+class _KeyedLookup:
+    """What both lookupers share: turning user keys into (bucket, key bytes) and decoding values."""
+
+    def __init__(self, table: Table, columns: Sequence[str]) -> None:
+        self.table = table
+        self.routing = KeyRouting(table.info)
+        self.columns = tuple(columns)
+        names = self.routing.names
+        self._width = len(names)
+        self._indexes = tuple(names.index(c) for c in self.columns)
+        self._client: LookupClient = lookup_client_for(table.connection)
+        self.decoder = ValueDecoder(table)
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return self.decoder.arrow_schema
+
+    def _row(self, key: KeyLike) -> list[Any]:
+        """A full-width row holding the key columns' values (None elsewhere)."""
+        row: list[Any] = [None] * self._width
+        if isinstance(key, Mapping):
+            names = self.routing.names
+            unknown = [k for k in key if k not in names]
+            if unknown:
+                raise ValueError(f"unknown column(s) {unknown}; the table has {list(names)}")
+            missing = [c for c in self.columns if c not in key]
+            if missing:
+                raise ValueError(f"the lookup key needs the column(s) {missing} (key: {list(self.columns)})")
+            for name, i in zip(self.columns, self._indexes, strict=True):
+                row[i] = key[name]
+        elif isinstance(key, tuple | list):
+            if len(key) != len(self.columns):
+                raise ValueError(
+                    f"the key has {len(key)} values; expected {len(self.columns)} {list(self.columns)}"
+                )
+            for i, v in zip(self._indexes, key, strict=True):
+                row[i] = v
+        else:
+            raise TypeError(f"a key must be a dict, list or tuple, not {type(key).__name__}")
+        for name, i in zip(self.columns, self._indexes, strict=True):
+            if row[i] is None:
+                raise ValueError(f"key column '{name}' is null; keys cannot be null")
+        return row
+
+    async def _partition_ids(self, names: Iterable[str | None]) -> dict[str | None, int | None]:
+        """Partition name -> id, None for partitions that do not exist (nothing can be found there)."""
+        out: dict[str | None, int | None] = {}
+        metadata = self.table.connection.metadata
+        for name in set(names):
+            if name is None:
+                out[name] = None
+                continue
+            try:
+                out[name] = await metadata.get_partition_id(self.table.path, name)
+            except PartitionNotExistError:
+                out[name] = -1
+        return out
+
+    def _bucket(self, partition_id: int | None, bucket: int) -> TableBucket:
+        return TableBucket(self.table.table_id, partition_id, bucket)
+
+    def _keys_of_arrow(self, keys: pa.Table | pa.RecordBatch) -> list[list[Any]]:
+        missing = [c for c in self.columns if c not in keys.schema.names]
+        if missing:
+            raise ValueError(f"the key table lacks the key column(s) {missing}")
+        columns = [keys.column(c).to_pylist() for c in self.columns]
+        return [list(values) for values in zip(*columns, strict=True)]
+
+
+async def _wait_all(futures: Sequence[asyncio.Future[Any] | None]) -> None:
+    """Wait for every future; raise the first failure (after all are done, so none goes unobserved)."""
+    pending = [f for f in futures if f is not None]
+    if not pending:
+        return
+    results = await asyncio.gather(*pending, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+class Lookuper(_KeyedLookup):
+    """Lookups by primary key (a dict by column name or a tuple in primary-key order)."""
+
+    def __init__(self, table: Table) -> None:
+        super().__init__(table, table.info.primary_key)
+
+    async def lookup(self, key: KeyLike) -> dict[str, Any] | None:
+        """The row with this primary key, or None."""
+        value = (await self._values([self._row(key)]))[0]
+        if value is None:
+            return None
+        await self.decoder.ensure_schemas([value])
+        return self.decoder.to_dict(value)
+
+    async def lookup_many(self, keys: Iterable[KeyLike]) -> list[dict[str, Any] | None]:
+        """One row (or None) per key, in the order given; all keys are sent together."""
+        values = await self._values([self._row(k) for k in keys])
+        found = [v for v in values if v is not None]
+        await self.decoder.ensure_schemas(found)
+        return [None if v is None else self.decoder.to_dict(v) for v in values]
+
+    async def lookup_arrow(self, keys: pa.Table | pa.RecordBatch, *, keep_missing: bool = False) -> pa.Table:
+        """The rows of the keys in `keys` (its primary-key columns; others are ignored), decoded
+        column-wise. Keys that find nothing are left out, or give an all-null row with `keep_missing`
+        (then row i answers key i)."""
+        values = await self._values([self._row(r) for r in self._keys_of_arrow(keys)])
+        found = [v for v in values if v is not None]
+        await self.decoder.ensure_schemas(found)
+        batch = self.decoder.to_arrow(found)
+        if keep_missing:
+            positions = np.cumsum([v is not None for v in values]) - 1
+            indices = pa.array(
+                [int(p) if v is not None else None for p, v in zip(positions, values, strict=True)],
+                pa.int64(),
+            )
+            batch = batch.take(indices)
+        return pa.Table.from_batches([batch], schema=self.arrow_schema)
+
+    async def _values(self, rows: list[list[Any]]) -> list[bytes | None]:
+        routing = self.routing
+        keys = [routing.encode_key(r) for r in rows]
+        buckets = routing.buckets_of_keys(keys, rows).tolist() if len(rows) > 1 else None
+        names = [routing.partition_of(r) for r in rows]
+        partition_ids = await self._partition_ids(names)
+        wanted: list[tuple[TableBucket, bytes]] = []
+        positions: list[int] = []
+        table_buckets: dict[tuple[int | None, int], TableBucket] = {}
+        for i, (row, key, name) in enumerate(zip(rows, keys, names, strict=True)):
+            partition_id = partition_ids[name]
+            if partition_id == -1:
+                continue  # no such partition: nothing to find
+            bucket = buckets[i] if buckets is not None else routing.bucket_of(row, key)
+            table_bucket = table_buckets.get((partition_id, bucket))
+            if table_bucket is None:
+                table_bucket = table_buckets[(partition_id, bucket)] = self._bucket(partition_id, bucket)
+            wanted.append((table_bucket, key))
+            positions.append(i)
+        futures = self._client.lookup_many(self.table.path, wanted) if wanted else []
+        await _wait_all(futures)
+        values: list[bytes | None] = [None] * len(rows)
+        for i, future in zip(positions, futures, strict=True):
+            values[i] = future.result()
+        return values
+
+    def __repr__(self) -> str:
+        return f"Lookuper({self.table.path})"
+
+
+class PrefixLookuper(_KeyedLookup):
+    """Lookups of every row whose primary key starts with the given partition and bucket keys."""
+
+    def __init__(self, table: Table, columns: Sequence[str]) -> None:
+        super().__init__(table, columns)
+        self._prefix_encoder: RowKeyEncoder = self.routing.prefix_encoder(self.columns)
+
+    async def lookup(self, prefix: KeyLike) -> list[dict[str, Any]]:
+        """Every row matching the prefix (partition keys + bucket keys), in key order."""
+        values = (await self._value_lists([self._row(prefix)]))[0]
+        await self.decoder.ensure_schemas(values)
+        return [self.decoder.to_dict(v) for v in values]
+
+    async def lookup_many(self, prefixes: Iterable[KeyLike]) -> list[list[dict[str, Any]]]:
+        lists = await self._value_lists([self._row(p) for p in prefixes])
+        await self.decoder.ensure_schemas([v for values in lists for v in values])
+        return [[self.decoder.to_dict(v) for v in values] for values in lists]
+
+    async def lookup_arrow(self, prefixes: pa.Table | pa.RecordBatch) -> pa.Table:
+        """Every row matching any of the prefixes, decoded column-wise (prefix by prefix)."""
+        lists = await self._value_lists([self._row(tuple(r)) for r in self._keys_of_arrow(prefixes)])
+        values = [v for values in lists for v in values]
+        await self.decoder.ensure_schemas(values)
+        return pa.Table.from_batches([self.decoder.to_arrow(values)], schema=self.arrow_schema)
+
+    async def _value_lists(self, rows: list[list[Any]]) -> list[list[bytes]]:
+        routing = self.routing
+        encode = self._prefix_encoder.encode_key
+        try:
+            prefixes = [encode(r) for r in rows]
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"cannot encode the prefix {list(self.columns)}: {e}") from e
+        names = [routing.partition_of(r) for r in rows]
+        partition_ids = await self._partition_ids(names)
+        futures: list[asyncio.Future[list[bytes]] | None] = []
+        for row, prefix, name in zip(rows, prefixes, names, strict=True):
+            partition_id = partition_ids[name]
+            if partition_id == -1:
+                futures.append(None)
+                continue
+            bucket = routing.prefix_bucket_of(row, prefix)
+            futures.append(
+                self._client.prefix_lookup(self.table.path, self._bucket(partition_id, bucket), prefix)
+            )
+        await _wait_all(futures)
+        return [[] if f is None else f.result() for f in futures]
+
+    def __repr__(self) -> str:
+        return f"PrefixLookuper({self.table.path}, {list(self.columns)})"
