@@ -23,9 +23,12 @@ from strom.client.scanner.log_scanner import LogScanner
 from strom.client.scanner.scan_records import ScanBatch
 from strom.client.sync import SyncConnection
 from strom.client.table import Table
+from strom.common.errors import FlussError
 from strom.common.predicate import Compound, CompoundFunction, Leaf, LeafFunction, Predicate
 from strom.common.schema import Schema
+from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
+from strom.record.change_type import ChangeType
 from strom.spark.options import CHANGE_TYPE_COLUMN, ConnectionOptions
 from strom.spark.sink import SinkPlan, WriteKind
 from strom.spark.splits import BucketRange, ReadSpec
@@ -78,7 +81,7 @@ def supports_filter() -> bool:
 
 def supports_snapshots() -> bool:
     """Whether this client can read KV snapshots (primary-key tables then need no full changelog)."""
-    return False
+    return True
 
 
 # ---------------------------------------------------------------------------------- reads
@@ -152,7 +155,20 @@ def scan(spec: ReadSpec, ranges: Sequence[BucketRange]) -> Iterator[ScanBatch]:
 
 
 def read_snapshot(spec: ReadSpec, r: BucketRange) -> Iterator[ScanBatch]:
-    raise NotImplementedError("this client cannot read KV snapshots yet")
+    """The rows of the KV snapshot planned for `r`, as inserts; the changelog from `r.start` follows."""
+    sync = connection(ConnectionOptions(spec.bootstrap_servers, spec.table.table_path, spec.client_options))
+    offset, batches = sync.read_bucket_snapshot(
+        spec.table.table_path, r.bucket, r.partition_id, r.snapshot_id, projection=list(spec.columns)
+    )
+    if offset != r.start:
+        batches.close()
+        raise FlussError(
+            f"KV snapshot {r.snapshot_id} of bucket {r.bucket} of '{spec.table.table_path}' is gone "
+            "(snapshot retention moved on since the read was planned); load the table again"
+        )
+    bucket = TableBucket(spec.table.table_id, r.partition_id, r.bucket)
+    for batch in batches:
+        yield ScanBatch(bucket, batch, -1, -1, bytes([ChangeType.INSERT]) * batch.num_rows)
 
 
 # ---------------------------------------------------------------------------------- writes
