@@ -150,7 +150,10 @@ def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
     cluster_factory: Any, tmp_path: Path, duck: duckdb.DuckDBPyConnection
 ) -> None:
     config = lake_config(tmp_path)
-    cluster: Cluster = cluster_factory(tablet_servers=1, config={**config, "lake.tiering.job-timeout": "3s"})
+    # KV snapshots every second: PK buckets enter the lake from a snapshot, then their changelog
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1, config={**config, "lake.tiering.job-timeout": "3s", "kv.snapshot.interval": "1s"}
+    )
     session(cluster, create_tables)
     workload = Workload()
     log = tmp_path / "tiering.log"

@@ -212,19 +212,26 @@ class TieringService:
             partition_names = {p.partition_id: p.partition_name for p in partitions}
             targets = [(p.partition_id, p.partition_name) for p in partitions]
         buckets: dict[tuple[int | None, int], tuple[int, int]] = {}
+        snapshots: dict[tuple[int | None, int], tuple[int, int]] = {}
         bucket_ids = list(range(info.bucket_count))
         for partition_id, partition_name in targets:
             ends = await admin.list_offsets(assignment.path, bucket_ids, OffsetSpec.latest(), partition_name)
             starts = await admin.list_offsets(
                 assignment.path, bucket_ids, OffsetSpec.earliest(), partition_name
             )
+            if info.has_primary_key and any((partition_id, b) not in lake_offsets for b in bucket_ids):
+                # a PK bucket's first round starts from its KV snapshot, as Fluss's snapshot splits do
+                kv = await admin.get_latest_kv_snapshots(assignment.path, partition_name)
+                for bucket, snapshot_id in kv.snapshot_ids.items():
+                    if (partition_id, bucket) not in lake_offsets and kv.log_offsets[bucket] > 0:
+                        snapshots[(partition_id, bucket)] = (snapshot_id, kv.log_offsets[bucket])
             for bucket in bucket_ids:
                 start = lake_offsets.get((partition_id, bucket), 0)
-                if start < starts[bucket]:
+                if (partition_id, bucket) not in snapshots and start < starts[bucket]:
                     if info.has_primary_key:
                         raise FlussError(
                             f"the changelog of {assignment.path} bucket {bucket} starts at {starts[bucket]}, "
-                            f"past the lake's offset {start}: a KV snapshot split is needed"
+                            f"past the lake's offset {start}, and no KV snapshot covers the gap"
                         )
                     log.warning(
                         "%s bucket %d: records %d..%d expired before they were tiered",
@@ -241,10 +248,16 @@ class TieringService:
             table=info.table_path.table_name,
             buckets=buckets,
             partition_names=partition_names,
+            snapshots=snapshots,
         )
         stats = RoundStats(splits=len(splits))
         if not splits:
             return stats
+        from_snapshots = sum(1 for split in splits if split.snapshot_id is not None)
+        if from_snapshots:
+            log.info(
+                "%s: %d of %d split(s) start from a KV snapshot", assignment.path, from_snapshots, len(splits)
+            )
         results = await asyncio.to_thread(
             self.runner.run,
             splits,

@@ -11,10 +11,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from strom.common.errors import FlussError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.lake import load_lake_storage
 from strom.lake.interface import WriteResult
+from strom.record.change_type import ChangeType
 from strom.spark.tiering.splits import TieringSplit
 
 log = logging.getLogger(__name__)
@@ -40,8 +42,28 @@ def write_split(
         SyncConnection({"bootstrap.servers": bootstrap}) as connection,
         storage.writer(table_info, bucket, split.partition_name) as writer,
     ):
+        table_path = f"{split.database}.{split.table}"
+        if split.snapshot_id is not None:
+            # The snapshot's rows are inserts "as of" the last offset it covers; the changelog after it
+            # follows, so later changes of the same keys win in the lake.
+            covered, batches = connection.read_bucket_snapshot(
+                table_path, split.bucket, split.partition_id, split.snapshot_id
+            )
+            if covered != split.start_offset:
+                batches.close()
+                raise FlussError(
+                    f"KV snapshot {split.snapshot_id} of {split} is gone; the next round re-plans"
+                )
+            for batch in batches:
+                rows = batch.num_rows
+                writer.write(
+                    batch,
+                    np.full(rows, ChangeType.INSERT, dtype=np.int8),
+                    np.full(rows, covered - 1, dtype=np.int64),
+                    np.full(rows, -1, dtype=np.int64),
+                )
         for chunk in connection.read_bucket_range(
-            f"{split.database}.{split.table}",
+            table_path,
             split.bucket,
             split.partition_id,
             split.start_offset,
