@@ -292,7 +292,7 @@ def local(
     """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
-    console = Console(stderr=False)
+    console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     user_config = parse_config_pairs(config_pairs)
