@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from types import TracebackType
 
 from strom.client.admin import Admin, TablePathLike, as_table_path
+from strom.client.closing import AsyncClosing
 from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
 from strom.client.table import Table
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 CloseHook = Callable[[], Awaitable[None]]
 
 
-class Connection:
+class Connection(AsyncClosing):
     def __init__(self, config: ClientConfig, pool: ConnectionPool, metadata: MetadataCache) -> None:
         """Use `Connection.create`, which also bootstraps the metadata."""
         self.config = config
@@ -96,17 +96,6 @@ class Connection:
             except Exception:
                 log.exception("error while closing a client component")
         await self.pool.close()
-
-    async def __aenter__(self) -> Connection:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else ",".join(self.config.bootstrap_servers)

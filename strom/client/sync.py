@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from strom.client.admin import TablePathLike, as_table_path
+from strom.client.closing import Closing
 from strom.client.config import ClientConfig
 from strom.client.connection import Connection
 from strom.client.offset_spec import OffsetSpec
@@ -40,7 +40,7 @@ __all__ = ["SnapshotBatches", "SyncConnection"]
 T = TypeVar("T")
 
 
-class SyncConnection:
+class SyncConnection(Closing):
     def __init__(self, config: ClientConfig | Mapping[str, object] | None = None) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="strom-sync-client", daemon=True)
@@ -273,22 +273,11 @@ class SyncConnection:
             self._closed = True
             self._stop_loop()
 
-    def __enter__(self) -> SyncConnection:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"SyncConnection({self._connection!r})"
 
 
-class SnapshotBatches:
+class SnapshotBatches(Closing):
     """The rows of a downloaded KV snapshot, batch by batch; the local copy goes when they are
     exhausted or `close` is called."""
 
@@ -320,17 +309,6 @@ class SnapshotBatches:
         snapshot, self._snapshot, self._rows = self._snapshot, None, None
         if snapshot is not None:
             snapshot.close()
-
-    def __enter__(self) -> SnapshotBatches:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         self.close()

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strom.client.backoff import Backoff
+from strom.client.per_connection import PerConnection
 from strom.common.errors import (
     FlussError,
     LeaderNotAvailableError,
@@ -52,17 +52,12 @@ log = logging.getLogger(__name__)
 RETRY_BACKOFF = Backoff(initial=0.05, maximum=1.0, jitter=0.2)
 _STALE_METADATA = (NetworkError, NotLeaderOrFollowerError, UnknownTableOrBucketError, LeaderNotAvailableError)
 
-_CLIENTS: weakref.WeakKeyDictionary[Connection, LookupClient] = weakref.WeakKeyDictionary()
+_CLIENTS: PerConnection[LookupClient] = PerConnection(lambda connection: LookupClient(connection))
 
 
 def lookup_client_for(connection: Connection) -> LookupClient:
     """The connection's lookup batching, started on first use and closed with the connection."""
-    client = _CLIENTS.get(connection)
-    if client is None or client.closed:
-        client = LookupClient(connection)
-        _CLIENTS[connection] = client
-        connection.add_close_hook(client.close)
-    return client
+    return _CLIENTS.get(connection)
 
 
 @dataclass(slots=True)

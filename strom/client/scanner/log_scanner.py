@@ -24,11 +24,11 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncIterator, Iterable, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from strom.client.closing import AsyncClosing
 from strom.client.offset_spec import OffsetSpec
 from strom.client.scanner.log_fetcher import EARLIEST_OFFSET, BucketPosition, CompletedFetch, LogFetcher
 from strom.client.scanner.scan_records import ScanBatch, ScanRecords
@@ -66,7 +66,7 @@ def _register(scanner: LogScanner) -> None:
     scanners.add(scanner)
 
 
-class LogScanner:
+class LogScanner(AsyncClosing):
     def __init__(self, table: Table, plan: ReadPlan, startup: StartupSpec | None = None) -> None:
         connection = table.connection
         self.table = table
@@ -428,17 +428,6 @@ class LogScanner:
             if self._feed is not None:
                 await self._feed.close()
             await self._fetcher.close()
-
-    async def __aenter__(self) -> LogScanner:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"LogScanner({self.table.path}, {len(self._positions)} buckets)"

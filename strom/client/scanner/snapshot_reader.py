@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import fsspec
 import pyarrow as pa
 
+from strom.client.closing import Closing
 from strom.client.lookup.value_decoder import ValueDecoder
 from strom.client.scanner.scan_records import ScanBatch
 from strom.common.errors import FlussError, KvSnapshotNotExistError, KvStorageError
@@ -186,7 +187,7 @@ def _discard(work: asyncio.Future[Rdict], directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-class BucketSnapshot:
+class BucketSnapshot(Closing):
     """An opened snapshot of one bucket; close it (or use ``async with``) to delete its local copy."""
 
     def __init__(
@@ -256,17 +257,6 @@ class BucketSnapshot:
         return self
 
     async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __enter__(self) -> BucketSnapshot:
-        return self
-
-    def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc_value: BaseException | None,

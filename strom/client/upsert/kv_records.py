@@ -15,7 +15,7 @@ inside `ColumnarBucketer`. Everything must equal `CompactedRowEncoder` byte for 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,10 +23,11 @@ import pyarrow.compute as pc
 
 from strom.client.writer.columnar_bucketing import (
     ColumnarBucketer,
-    _binary_from_parts,
-    _compacted_vector_encoder,
-    _fixed_width,
-    _varint,
+    ColumnEncoder,
+    binary_array_from_parts,
+    compacted_column_encoder,
+    fixed_width_bytes,
+    varint_bytes,
 )
 from strom.common.table_descriptor import TableInfo
 from strom.common.types import DataType
@@ -35,7 +36,6 @@ from strom.record.compacted_row import compile_key_encoder, null_bitset_size
 __all__ = ["KvRecordEncoder", "KvRecords"]
 
 _EMPTY = pa.scalar(b"", pa.large_binary())
-_ColumnEncoder = Callable[[pa.Array], pa.Array]
 
 
 class KvRecords:
@@ -86,9 +86,9 @@ def _zero(t: pa.DataType) -> pa.Scalar:
     return pa.scalar(0, t)
 
 
-def _field_encoder(t: DataType, arrow_type: pa.DataType) -> tuple[_ColumnEncoder, bool]:
+def _field_encoder(t: DataType, arrow_type: pa.DataType) -> tuple[ColumnEncoder, bool]:
     """The column encoder of one field, and whether it is vectorised (else Python per value)."""
-    vector = _compacted_vector_encoder(t, arrow_type)
+    vector = compacted_column_encoder(t, arrow_type)
     if vector is not None:
         zero = _zero(arrow_type)
 
@@ -169,15 +169,17 @@ class KvRecordEncoder:
                 values = pc.if_else(pa.array(~deletes), values, _EMPTY)
         key_lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False).astype(np.int64)
         value_lengths = pc.binary_length(values).to_numpy(zero_copy_only=False).astype(np.int64)
-        key_length_bytes = _varint(key_lengths)
+        key_length_bytes = varint_bytes(key_lengths)
         body_lengths = pc.binary_length(key_length_bytes).to_numpy(zero_copy_only=False) + key_lengths
         body_lengths = body_lengths + value_lengths
         return pc.binary_join_element_wise(
-            _fixed_width(body_lengths, "<i4"), key_length_bytes, keys, values, _EMPTY
+            fixed_width_bytes(body_lengths, "<i4"), key_length_bytes, keys, values, _EMPTY
         )
 
 
 def _fixed_width_rows(matrix: np.ndarray) -> pa.Array:
     """Each row of a uint8 matrix as one binary value."""
     rows, width = matrix.shape
-    return _binary_from_parts(np.full(rows, width, dtype=np.int64), np.ascontiguousarray(matrix).reshape(-1))
+    return binary_array_from_parts(
+        np.full(rows, width, dtype=np.int64), np.ascontiguousarray(matrix).reshape(-1)
+    )

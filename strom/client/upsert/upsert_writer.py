@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,10 +35,10 @@ import pyarrow.compute as pc
 from strom.client.upsert.key_routing import KeyRouting
 from strom.client.upsert.kv_records import KvRecordEncoder, KvRecords
 from strom.client.upsert.kv_write_batch import KvBatchFormat, encode_kv_record
-from strom.client.upsert.kv_writer_client import kv_writer_client_for
+from strom.client.upsert.kv_writer_client import KvWriterClient, kv_writer_client_for
 from strom.client.writer.arrow_input import conform_batch
+from strom.client.writer.queued_writer import QueuedWriter
 from strom.client.writer.row_buffer import RowLayout
-from strom.client.writer.write_batch import WriteBatch
 from strom.client.writer.write_result import WriteResult
 from strom.common.errors import InvalidTargetColumnError, NonPrimaryKeyTableError
 from strom.common.table_path import PhysicalTablePath
@@ -129,8 +128,9 @@ def change_types_of(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return codes[encoded.indices.to_numpy(zero_copy_only=False)]
 
 
-class UpsertWriter:
+class UpsertWriter(QueuedWriter):
     def __init__(self, table: Table, target_columns: tuple[int, ...] | None = None) -> None:
+        super().__init__()
         info = table.info
         self.table = table
         self.target_columns = target_columns
@@ -143,16 +143,13 @@ class UpsertWriter:
         self._records = KvRecordEncoder(info, self._routing.key_indexes, self._routing.key_format)
         self._encode_value = CompactedRowEncoder(schema.row_type).encode
         self._format = KvBatchFormat.of(info)
-        self._client = kv_writer_client_for(table.connection)
+        self._client: KvWriterClient = kv_writer_client_for(table.connection)
         self._batch_size = table.connection.config.writer_batch_size
         self._root = PhysicalTablePath(info.table_path)
         self._paths: dict[str, PhysicalTablePath] = {}
         self._target_names = (
             None if target_columns is None else frozenset(self._names[i] for i in target_columns)
         )
-        # Batches this writer wrote to, so that flush() reports this writer's failures only.
-        self._mine: set[int] = set()
-        self._errors: list[BaseException] = []
 
     # ------------------------------------------------------------------ rows
 
@@ -352,45 +349,6 @@ class UpsertWriter:
         if path is None:
             path = self._paths[partition_name] = PhysicalTablePath(self.table.path, partition_name)
         return path
-
-    # ------------------------------------------------------------------ completion
-
-    def _track(self, batch: WriteBatch) -> asyncio.Future[int]:
-        if batch.batch_id not in self._mine:
-            self._mine.add(batch.batch_id)
-            batch.future.add_done_callback(lambda f, bid=batch.batch_id: self._batch_done(bid, f))
-        return batch.future
-
-    def _batch_done(self, batch_id: int, future: asyncio.Future[int]) -> None:
-        self._mine.discard(batch_id)
-        if not future.cancelled() and future.exception() is not None:
-            self._errors.append(future.exception())  # type: ignore[arg-type]
-
-    async def flush(self) -> None:
-        """Send everything queued and wait for it; raises the first failure of this writer's writes
-        since the previous flush."""
-        await self._client.flush()
-        if self._errors:
-            first, self._errors = self._errors[0], []
-            raise first
-
-    async def wait_for_capacity(self) -> None:
-        """Wait while the connection's KV writer buffers ``client.writer.buffer.memory-size`` or more."""
-        await self._client.accumulator.wait_for_space()
-
-    async def __aenter__(self) -> UpsertWriter:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            await self.flush()
-        else:
-            await self._client.flush()  # still deliver what was written; the original error wins
 
     def __repr__(self) -> str:
         partial = "" if self.target_columns is None else f", columns {list(self.target_columns)}"

@@ -18,7 +18,7 @@ import asyncio
 import itertools
 import logging
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,25 +112,50 @@ class RecordAccumulator:
         if self.closed:
             raise WriterClosedError("Cannot append: the writer is closed.")
         size = records.nbytes
+        return self.append_to_bucket(
+            path,
+            bucket_id,
+            size,
+            fits=lambda batch: batch.has_room(size),
+            new_batch=lambda batch_id: WriteBatch(
+                batch_id, path, bucket_id, fmt, self.batch_size, self.now()
+            ),
+            add=lambda batch: batch.add_arrow(records, size),
+            abort_if_batch_full=abort_if_batch_full,
+        )
+
+    def append_to_bucket(
+        self,
+        path: PhysicalTablePath,
+        bucket_id: int,
+        size: int,
+        *,
+        fits: Callable[[WriteBatch], bool],
+        new_batch: Callable[[int], WriteBatch],
+        add: Callable[[WriteBatch], None],
+        abort_if_batch_full: bool = False,
+    ) -> AppendOutcome:
+        """Add `size` bytes of records (`add` puts them into a batch) to the bucket's open batch when
+        `fits` says it takes them, else to a fresh one from `new_batch(batch_id)`."""
         queue = self._queue(path, bucket_id)
         last = queue[-1] if queue else None
-        new_batch = False
-        if last is None or not last.has_room(size):
+        created = False
+        if last is None or not fits(last):
             if last is not None:
                 last.close()
                 self.wakeup.set()
                 if abort_if_batch_full:
                     # The sticky assigner moves to another bucket before a new batch starts.
                     return AppendOutcome(None)
-            last = WriteBatch(next(self._ids), path, bucket_id, fmt, self.batch_size, self.now())
+            last = new_batch(next(self._ids))
             queue.append(last)
             self._incomplete[last.batch_id] = last
-            new_batch = True
-        last.add_arrow(records, size)
+            created = True
+        add(last)
         self._reserve(size)
-        if new_batch or last.is_full:
+        if created or last.is_full:
             self.wakeup.set()
-        return AppendOutcome(last, new_batch)
+        return AppendOutcome(last, created)
 
     # ------------------------------------------------------------------ memory
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -34,10 +33,11 @@ import pyarrow as pa
 from strom.client.writer.arrow_input import conform_batch, conform_table, table_from_pandas
 from strom.client.writer.bucket_assigner import HashBucketAssigner
 from strom.client.writer.partitioner import Partitioner
+from strom.client.writer.queued_writer import QueuedWriter
 from strom.client.writer.row_buffer import RowBuffer, RowLayout
 from strom.client.writer.write_batch import BatchFormat
 from strom.client.writer.write_result import WriteResult
-from strom.client.writer.writer_client import writer_client_for
+from strom.client.writer.writer_client import WriterClient, writer_client_for
 from strom.common.errors import NonPrimaryKeyTableError
 from strom.common.table_path import PhysicalTablePath
 
@@ -130,8 +130,9 @@ class _StagedRowResult(WriteResult):
         return f"WriteResult(row {self._index} of a staged group, {'done' if self.done() else 'pending'})"
 
 
-class AppendWriter:
+class AppendWriter(QueuedWriter):
     def __init__(self, table: Table) -> None:
+        super().__init__()
         info = table.info
         self.table = table
         self.format = BatchFormat.of(info)
@@ -146,15 +147,12 @@ class AppendWriter:
         )
         self._partition_indexes = self._partitioner.indexes if self._partitioner is not None else ()
         self._hash = HashBucketAssigner(info, self.arrow_schema) if info.has_bucket_key else None
-        self._client = writer_client_for(table.connection)
+        self._client: WriterClient = writer_client_for(table.connection)
         self._client.register(self)
         self._batch_size = table.connection.config.writer_batch_size
         self._paths: dict[str, PhysicalTablePath] = {}
         self._staged: _Staged | None = None
         self._stage_rows = max(1, min(STAGING_MAX_ROWS, self._batch_size // self._layout.estimated_row_size))
-        # Batches this writer appended to, so that flush() reports this writer's failures only.
-        self._mine: set[int] = set()
-        self._errors: list[BaseException] = []
 
     # ------------------------------------------------------------------ rows
 
@@ -235,10 +233,7 @@ class AppendWriter:
             start = 0
             for chunk in self._chunks(piece):
                 written = self._client.append(path, self.format, chunk, bucket, self._num_buckets)
-                future = written.future
-                if written.batch_id not in self._mine:
-                    self._mine.add(written.batch_id)
-                    future.add_done_callback(lambda f, bid=written.batch_id: self._batch_done(bid, f))
+                future = self._track(written)
                 if not futures or futures[-1] is not future:
                     futures.append(future)
                 if row_batch is not None:
@@ -293,42 +288,6 @@ class AppendWriter:
         if path is None:
             path = self._paths[partition_name] = PhysicalTablePath(self.table.path, partition_name)
         return path
-
-    # ------------------------------------------------------------------ completion
-
-    def _batch_done(self, batch_id: int, future: asyncio.Future[int]) -> None:
-        self._mine.discard(batch_id)
-        if not future.cancelled() and future.exception() is not None:
-            self._errors.append(future.exception())  # type: ignore[arg-type]
-
-    async def flush(self) -> None:
-        """Send everything queued and wait for it; raises the first failure of this writer's rows since
-        the previous flush."""
-        self.route_staged()
-        await self._client.flush()
-        if self._errors:
-            first, self._errors = self._errors[0], []
-            raise first
-
-    async def wait_for_capacity(self) -> None:
-        """Wait while the connection's writer buffers ``client.writer.buffer.memory-size`` or more
-        (raises BufferExhaustedError after ``client.writer.buffer.wait-timeout``)."""
-        await self._client.accumulator.wait_for_space()
-
-    async def __aenter__(self) -> AppendWriter:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            await self.flush()
-        else:
-            self.route_staged()
-            await self._client.flush()  # still deliver what was written; the original error wins
 
     def __repr__(self) -> str:
         return f"AppendWriter({self.table.path})"

@@ -27,7 +27,17 @@ import pyarrow.compute as pc
 from strom.common.types import DataType, DataTypeRoot
 from strom.record.key_encoder import CompactedKeyEncoder, RowKeyEncoder, bucket_key_encoder
 
-__all__ = ["ColumnarBucketer"]
+__all__ = [
+    "ColumnEncoder",
+    "ColumnarBucketer",
+    "binary_array_from_parts",
+    "compacted_column_encoder",
+    "fixed_width_bytes",
+    "fluss_buckets",
+    "iceberg_buckets",
+    "paimon_buckets",
+    "varint_bytes",
+]
 
 _R = DataTypeRoot
 _U32 = np.uint32
@@ -37,7 +47,7 @@ _FLINK_SEED = 42
 _EMPTY = pa.scalar(b"", pa.large_binary())
 
 # A column's key encoding: the Arrow column in, one binary value per row out.
-_ColumnEncoder = Callable[[pa.Array], pa.Array]
+ColumnEncoder = Callable[[pa.Array], pa.Array]
 
 
 # ------------------------------------------------------------------------------------------ hashing
@@ -148,7 +158,7 @@ def iceberg_buckets(keys: pa.Array, num_buckets: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------- key bytes
 
 
-def _binary_from_parts(lengths: np.ndarray, data: np.ndarray) -> pa.Array:
+def binary_array_from_parts(lengths: np.ndarray, data: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     return pa.Array.from_buffers(
@@ -156,11 +166,11 @@ def _binary_from_parts(lengths: np.ndarray, data: np.ndarray) -> pa.Array:
     )
 
 
-def _fixed_width(values: np.ndarray, dtype: str) -> pa.Array:
+def fixed_width_bytes(values: np.ndarray, dtype: str) -> pa.Array:
     """Every value as its little-endian bytes of a fixed width."""
     raw = np.ascontiguousarray(values.astype(dtype, copy=False)).view(np.uint8)
     width = np.dtype(dtype).itemsize
-    return _binary_from_parts(np.full(len(values), width, dtype=np.int64), raw)
+    return binary_array_from_parts(np.full(len(values), width, dtype=np.int64), raw)
 
 
 def _varint_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,9 +193,9 @@ def _varint_parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return lengths, groups, used
 
 
-def _varint(values: np.ndarray) -> pa.Array:
+def varint_bytes(values: np.ndarray) -> pa.Array:
     lengths, groups, used = _varint_parts(values)
-    return _binary_from_parts(lengths, groups[used])
+    return binary_array_from_parts(lengths, groups[used])
 
 
 def _length_prefixed(column: pa.Array) -> pa.Array:
@@ -193,32 +203,32 @@ def _length_prefixed(column: pa.Array) -> pa.Array:
     binary = column.cast(pa.large_binary())
     lengths = pc.binary_length(binary).to_numpy(zero_copy_only=False)
     # Only the prefixes are built here; Arrow concatenates them with the values in C++.
-    return pc.binary_join_element_wise(_varint(lengths), binary, _EMPTY)
+    return pc.binary_join_element_wise(varint_bytes(lengths), binary, _EMPTY)
 
 
 def _numpy(column: pa.Array, dtype: str) -> np.ndarray:
     return column.cast(pa.from_numpy_dtype(np.dtype(dtype))).to_numpy(zero_copy_only=False)
 
 
-def _compacted_vector_encoder(t: DataType, arrow_type: pa.DataType) -> _ColumnEncoder | None:
+def compacted_column_encoder(t: DataType, arrow_type: pa.DataType) -> ColumnEncoder | None:
     root = t.root
     if root is _R.BOOLEAN:
-        return lambda c: _fixed_width(_numpy(c, "uint8"), "uint8")
+        return lambda c: fixed_width_bytes(_numpy(c, "uint8"), "uint8")
     if root is _R.TINYINT:
-        return lambda c: _fixed_width(_numpy(c, "int8"), "<i1")
+        return lambda c: fixed_width_bytes(_numpy(c, "int8"), "<i1")
     if root is _R.SMALLINT:
-        return lambda c: _fixed_width(_numpy(c, "int16"), "<i2")
+        return lambda c: fixed_width_bytes(_numpy(c, "int16"), "<i2")
     if root is _R.INTEGER:
         # varint of the 32-bit two's complement: negatives take 5 bytes, as in the scalar encoder.
-        return lambda c: _varint(_numpy(c, "int32").astype(np.int64) & 0xFFFFFFFF)
+        return lambda c: varint_bytes(_numpy(c, "int32").astype(np.int64) & 0xFFFFFFFF)
     if root is _R.DATE:
-        return lambda c: _varint(_numpy(c.cast(pa.int32()), "int32").astype(np.int64) & 0xFFFFFFFF)
+        return lambda c: varint_bytes(_numpy(c.cast(pa.int32()), "int32").astype(np.int64) & 0xFFFFFFFF)
     if root is _R.BIGINT:
-        return lambda c: _varint(_numpy(c, "int64").view(np.uint64))
+        return lambda c: varint_bytes(_numpy(c, "int64").view(np.uint64))
     if root is _R.FLOAT:
-        return lambda c: _fixed_width(_numpy(c, "float32"), "<f4")
+        return lambda c: fixed_width_bytes(_numpy(c, "float32"), "<f4")
     if root is _R.DOUBLE:
-        return lambda c: _fixed_width(_numpy(c, "float64"), "<f8")
+        return lambda c: fixed_width_bytes(_numpy(c, "float64"), "<f8")
     if root in (_R.STRING, _R.CHAR, _R.BYTES, _R.BINARY):
         return _length_prefixed
     if (
@@ -227,26 +237,26 @@ def _compacted_vector_encoder(t: DataType, arrow_type: pa.DataType) -> _ColumnEn
     ):
         unit = arrow_type.unit if pa.types.is_timestamp(arrow_type) else None
         if unit == "ms":
-            return lambda c: _varint(c.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
+            return lambda c: varint_bytes(c.cast(pa.int64()).to_numpy(zero_copy_only=False).view(np.uint64))
         if unit == "s":
-            return lambda c: _varint(
+            return lambda c: varint_bytes(
                 (c.cast(pa.int64()).to_numpy(zero_copy_only=False) * 1000).view(np.uint64)
             )
     return None
 
 
-def _iceberg_vector_encoder(t: DataType) -> _ColumnEncoder | None:
+def _iceberg_vector_encoder(t: DataType) -> ColumnEncoder | None:
     root = t.root
     if root in (_R.INTEGER, _R.BIGINT):
-        return lambda c: _fixed_width(_numpy(c, "int64"), "<i8")
+        return lambda c: fixed_width_bytes(_numpy(c, "int64"), "<i8")
     if root is _R.DATE:
-        return lambda c: _fixed_width(_numpy(c.cast(pa.int32()), "int64"), "<i8")
+        return lambda c: fixed_width_bytes(_numpy(c.cast(pa.int32()), "int64"), "<i8")
     if root in (_R.STRING, _R.CHAR, _R.BYTES, _R.BINARY):
         return lambda c: c.cast(pa.large_binary())
     return None
 
 
-def _per_distinct_value(encode_one: Callable[[Any], bytes]) -> _ColumnEncoder:
+def _per_distinct_value(encode_one: Callable[[Any], bytes]) -> ColumnEncoder:
     """Encode each distinct value once in Python and expand the result to all rows."""
 
     def encode(column: pa.Array) -> pa.Array:
@@ -260,7 +270,7 @@ def _per_distinct_value(encode_one: Callable[[Any], bytes]) -> _ColumnEncoder:
     return encode
 
 
-def _checked(name: str, encoder: _ColumnEncoder) -> _ColumnEncoder:
+def _checked(name: str, encoder: ColumnEncoder) -> ColumnEncoder:
     def encode(column: pa.Array) -> pa.Array:
         if column.null_count:
             raise ValueError(f"bucket key column '{name}' must not be null")
@@ -288,10 +298,10 @@ class ColumnarBucketer:
         key_types = [row_type[i] for i in key_indexes]
         names = [arrow_schema.field(i).name for i in key_indexes]
         self._whole_row = False
-        self._encoders: list[_ColumnEncoder] = []
+        self._encoders: list[ColumnEncoder] = []
         if fmt in (None, "lance"):
             for name, t, i in zip(names, key_types, key_indexes, strict=True):
-                vector = _compacted_vector_encoder(t, arrow_schema.field(i).type)
+                vector = compacted_column_encoder(t, arrow_schema.field(i).type)
                 single = CompactedKeyEncoder([t])
                 self._encoders.append(
                     _checked(name, vector or _per_distinct_value(lambda v, s=single: s.encode([v])))

@@ -27,6 +27,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
+from typing import Any
+
+from google.protobuf.message import Message
 
 from strom.client.backoff import Backoff
 from strom.client.config import ClientConfig
@@ -53,7 +56,7 @@ from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 
-__all__ = ["Sender"]
+__all__ = ["Sender", "add_bucket_requests"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,10 @@ BUILD_IN_THREAD_BYTES = 256 << 10
 
 
 class Sender:
+    # The request that carries batches to their leaders, and its name in error messages.
+    api_key = ApiKey.PRODUCE_LOG
+    api_name = "ProduceLog"
+
     def __init__(
         self,
         metadata: MetadataCache,
@@ -260,7 +267,7 @@ class Sender:
         self, node_id: int, table_id: int, built: list[tuple[WriteBatch, bytes | bytearray]]
     ) -> None:
         try:
-            await self._send(node_id, table_id, built)
+            await self.send_batches(node_id, table_id, built)
         except Exception as e:  # a bug must not leave batches in flight forever
             log.exception("sending to tablet server %d failed unexpectedly", node_id)
             error = UnknownServerError(f"Sending the batch failed unexpectedly: {e!r}")
@@ -268,18 +275,28 @@ class Sender:
                 if not batch.done:
                     self._fail(batch, error, adjust_sequences=False)
 
-    async def _send(
+    async def send_batches(
         self, node_id: int, table_id: int, built: list[tuple[WriteBatch, bytes | bytearray]]
     ) -> None:
+        """Send one leader's built batches of one table and settle each with the leader's answer."""
+        await self.send_request(node_id, self.build_request(table_id, built), built)
+
+    def build_request(self, table_id: int, built: list[tuple[WriteBatch, bytes | bytearray]]) -> Message:
+        """The request carrying `built` (one batch per bucket) to their leader."""
         request = pb.ProduceLogRequest(
             acks=self.acks, table_id=table_id, timeout_ms=int(self.request_timeout * 1000)
         )
-        for batch, payload in built:
-            assert batch.table_bucket is not None
-            entry = request.buckets_req.add(bucket_id=batch.bucket_id, records=bytes(payload))
-            if batch.table_bucket.partition_id is not None:
-                entry.partition_id = batch.table_bucket.partition_id
-            batch.attempts += 1
+        add_bucket_requests(request, built)
+        return request
+
+    def answer_offset(self, answer: Any) -> int:
+        """The offset a bucket's successful answer reports for its batch (-1 when it has none)."""
+        return answer.base_offset if answer.HasField("base_offset") else -1
+
+    async def send_request(
+        self, node_id: int, request: Message, built: list[tuple[WriteBatch, bytes | bytearray]]
+    ) -> None:
+        """Send a request built by `build_request` and settle its batches with the answer."""
         batches = [b for b, _ in built]
         node = self.metadata.tablet_server(node_id)
         if node is None:
@@ -288,8 +305,8 @@ class Sender:
             )
             return
         try:
-            response: pb.ProduceLogResponse = await self.pool.request(
-                node.host, node.port, ApiKey.PRODUCE_LOG, request, timeout=self.request_timeout + 5
+            response: Any = await self.pool.request(
+                node.host, node.port, self.api_key, request, timeout=self.request_timeout + 5
             )
         except FlussError as e:
             if isinstance(e, NetworkError):
@@ -298,7 +315,7 @@ class Sender:
             return
         except OSError as e:
             self.metadata.invalidate(server_id=node_id)
-            self._handle_errors(batches, NetworkError(f"ProduceLog to {node} failed: {e}"))
+            self._handle_errors(batches, NetworkError(f"{self.api_name} to {node} failed: {e}"))
             return
         by_bucket = {(b.table_bucket.partition_id, b.bucket_id): b for b in batches if b.table_bucket}
         stale: set[PhysicalTablePath] = set()
@@ -312,7 +329,7 @@ class Sender:
                 if self._handle_error(batch, error):
                     stale.add(batch.path)
             else:
-                self._complete(batch, answer.base_offset if answer.HasField("base_offset") else -1)
+                self._complete(batch, self.answer_offset(answer))
         for batch in by_bucket.values():
             if self._handle_error(batch, UnknownServerError(f"No answer for bucket {batch.table_bucket}.")):
                 stale.add(batch.path)
@@ -437,3 +454,14 @@ class Sender:
             )
         except FlussError as e:
             log.info("metadata refresh of %s failed: %s", path, e)
+
+
+def add_bucket_requests(request: Any, built: list[tuple[WriteBatch, bytes | bytearray]]) -> None:
+    """One ``buckets_req`` entry per built batch (ProduceLog and PutKv share the shape); counts the
+    attempt."""
+    for batch, payload in built:
+        assert batch.table_bucket is not None
+        entry = request.buckets_req.add(bucket_id=batch.bucket_id, records=bytes(payload))
+        if batch.table_bucket.partition_id is not None:
+            entry.partition_id = batch.table_bucket.partition_id
+        batch.attempts += 1

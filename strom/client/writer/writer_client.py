@@ -7,24 +7,21 @@ first (for at most ``client.request-timeout``), then whatever is left fails.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from strom.client.writer.accumulator import RecordAccumulator
+from strom.client.per_connection import PerConnection
 from strom.client.writer.bucket_assigner import (
     NoKeyBucketAssigner,
     RoundRobinBucketAssigner,
     StickyBucketAssigner,
 )
 from strom.client.writer.errors import WriterClosedError
-from strom.client.writer.idempotence import IdempotenceManager
-from strom.client.writer.sender import Sender
 from strom.client.writer.write_batch import BatchFormat, WriteBatch
+from strom.client.writer.writer_machinery import WriterMachinery
 from strom.common.config import NoKeyAssigner
 from strom.common.table_path import PhysicalTablePath
 
@@ -39,34 +36,19 @@ class StagingWriter(Protocol):
         """Queue rows the writer still holds back."""
 
 
-log = logging.getLogger(__name__)
-
-_CLIENTS: weakref.WeakKeyDictionary[Connection, WriterClient] = weakref.WeakKeyDictionary()
+_CLIENTS: PerConnection[WriterClient] = PerConnection(lambda connection: WriterClient(connection))
 
 
 def writer_client_for(connection: Connection) -> WriterClient:
     """The connection's writer machinery, started on first use."""
-    client = _CLIENTS.get(connection)
-    if client is None or client.closed:
-        client = WriterClient(connection)
-        _CLIENTS[connection] = client
-        connection.add_close_hook(client.close)
-    return client
+    return _CLIENTS.get(connection)
 
 
-class WriterClient:
+class WriterClient(WriterMachinery):
     def __init__(self, connection: Connection) -> None:
-        config = connection.config
-        self.config = config
-        self.idempotence = IdempotenceManager(
-            config.writer_enable_idempotence, config.writer_max_inflight_requests_per_bucket
-        )
-        self.accumulator = RecordAccumulator(config, self.idempotence)
-        self.sender = Sender(connection.metadata, connection.pool, config, self.accumulator, self.idempotence)
-        self.sender.start()
+        super().__init__(connection)
         self._assigners: dict[PhysicalTablePath, NoKeyBucketAssigner] = {}
         self._writers: weakref.WeakSet[StagingWriter] = weakref.WeakSet()
-        self.closed = False
 
     # ------------------------------------------------------------------ appending
 
@@ -117,37 +99,9 @@ class WriterClient:
 
     # ------------------------------------------------------------------ flush and close
 
-    async def flush(self) -> list[WriteBatch]:
-        """Send everything queued now and wait until it is acknowledged or failed; returns those batches."""
-        batches = self.accumulator.incomplete()
-        if not batches:
-            return []
-        self.accumulator.begin_flush()
-        try:
-            await asyncio.gather(*(asyncio.shield(b.future) for b in batches), return_exceptions=True)
-        finally:
-            self.accumulator.end_flush()
-        return batches
-
     def register(self, writer: StagingWriter) -> None:
         self._writers.add(writer)
 
-    async def close(self) -> None:
-        if self.closed:
-            return
+    def before_close(self) -> None:
         for writer in list(self._writers):
             writer.route_staged()  # rows still waiting to be routed go out with the rest
-        self.closed = True
-        self.accumulator.close()
-        timeout = self.config.request_timeout.total_seconds()
-        try:
-            await asyncio.wait_for(self.flush(), timeout)
-            await asyncio.wait_for(self.sender.stop(), timeout)
-        except TimeoutError:
-            log.warning("writer did not drain within %.1fs of closing; failing what is left", timeout)
-            await self.sender.abort()
-            error = WriterClosedError("The connection closed before the write was acknowledged.")
-            self.accumulator.fail_all_queued(error)
-            for batch in self.accumulator.incomplete():
-                self.accumulator.finished(batch)
-                batch.fail(error)
