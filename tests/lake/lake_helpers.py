@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pathlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from strom.bucketing import iceberg_bucket
+from strom.common import types as T
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
@@ -24,6 +25,10 @@ from strom.record.change_type import ChangeType
 from strom.record.key_encoder import IcebergKeyEncoder
 
 SYSTEM = ("__bucket", "__offset", "__timestamp")
+USERS = [("id", T.BIGINT()), ("name", T.STRING()), ("score", T.INT())]
+USER_COLUMNS = ["id", "name", "score"]
+# The `read_both` fixture: (table info, columns) -> the rows pyiceberg and DuckDB read.
+ReadBoth = Callable[[TableInfo, list[str]], tuple[list[dict[str, Any]], list[dict[str, Any]]]]
 
 
 def table_info(
@@ -204,3 +209,13 @@ def read_pyiceberg(
 ) -> list[dict[str, Any]]:
     table = storage.catalog().load_table(info.table_path)
     return table.scan(selected_fields=tuple(columns)).to_arrow().to_pylist()
+
+
+def check_both_readers(
+    read_both: ReadBoth, info: TableInfo, expected: Iterable[Mapping[str, Any]], columns: list[str]
+) -> None:
+    """pyiceberg and DuckDB (the `read_both` fixture) both read exactly `expected` rows."""
+    py_rows, duck_rows = read_both(info, columns)
+    want = normalized(expected, columns)
+    assert normalized(py_rows, columns) == want
+    assert normalized(duck_rows, columns) == want

@@ -8,8 +8,11 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 from lake_helpers import (
+    USER_COLUMNS,
+    USERS,
     Change,
     Tiering,
+    check_both_readers,
     delete,
     expected_log_rows,
     expected_pk_rows,
@@ -22,8 +25,7 @@ from lake_helpers import (
 from strom.common import types as T
 from strom.lake.iceberg.storage import IcebergLakeStorage
 
-USERS = [("id", T.BIGINT()), ("name", T.STRING()), ("score", T.INT())]
-COLUMNS = ["id", "name", "score"]
+COLUMNS = USER_COLUMNS
 
 
 def _local(path: str) -> str:
@@ -31,9 +33,7 @@ def _local(path: str) -> str:
 
 
 def _check(read_both, tiering: Tiering, expected: list[dict]) -> None:
-    py_rows, duck_rows = read_both(tiering.info, COLUMNS)
-    assert normalized(py_rows, COLUMNS) == normalized(expected, COLUMNS)
-    assert normalized(duck_rows, COLUMNS) == normalized(expected, COLUMNS)
+    check_both_readers(read_both, tiering.info, expected, COLUMNS)
 
 
 def _pk_history(storage: IcebergLakeStorage, buckets: int = 2) -> Tiering:

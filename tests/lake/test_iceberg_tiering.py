@@ -10,32 +10,33 @@ import random
 from decimal import Decimal
 from urllib.parse import urlparse
 
+import lake_scenarios as scenario
 import numpy as np
 import pyarrow as pa
 import pytest
 from lake_helpers import (
     SYSTEM,
+    USER_COLUMNS,
+    USERS,
     Change,
     Tiering,
     before,
     bucket_of,
+    check_both_readers,
     delete,
     expected_log_rows,
     expected_pk_rows,
     insert,
-    normalized,
     table_info,
     upsert,
 )
 
 from strom.common import types as T
 from strom.common.table_bucket import TableBucket
-from strom.lake import FLUSS_OFFSETS_PROPERTY, LakeCommitConflictError, StaleLakeCommitError
+from strom.lake import LakeCommitConflictError, StaleLakeCommitError
 from strom.lake.iceberg.committer import IcebergLakeCommitter
 from strom.lake.iceberg.storage import IcebergLakeStorage
 from strom.lake.iceberg.writer import IcebergWriteResult
-
-USERS = [("id", T.BIGINT()), ("name", T.STRING()), ("score", T.INT())]
 
 
 def _local(path: str) -> str:
@@ -44,33 +45,19 @@ def _local(path: str) -> str:
 
 
 def _check(read_both, tiering: Tiering, expected: list[dict], columns: list[str]) -> None:
-    py_rows, duck_rows = read_both(tiering.info, columns)
-    want = normalized(expected, columns)
-    assert normalized(py_rows, columns) == want
-    assert normalized(duck_rows, columns) == want
+    check_both_readers(read_both, tiering.info, expected, columns)
 
 
 # ------------------------------------------------------------------------------------ log tables
 
 
 def test_log_table_rounds_read_back_equal(storage: IcebergLakeStorage, read_both) -> None:
-    info = table_info(
-        "events",
-        [("id", T.BIGINT()), ("msg", T.STRING()), ("amount", T.DECIMAL(10, 2)), ("day", T.DATE())],
-        buckets=2,
-    )
+    info = table_info("events", scenario.EVENTS, buckets=2)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
-    day = dt.date(2024, 5, 1)
-    for round_no in range(3):
-        for b in range(2):
-            rows = [
-                {"id": round_no * 100 + b * 10 + i, "msg": f"m{i}", "amount": Decimal("1.25"), "day": day}
-                for i in range(5)
-            ]
-            tiering.append([Change(r) for r in rows], bucket=b)
-        tiering.round()
-        _check(read_both, tiering, expected_log_rows(tiering), ["id", "msg", "amount", "day"])
+    scenario.tier_event_rounds(
+        tiering, lambda: _check(read_both, tiering, expected_log_rows(tiering), scenario.EVENT_COLUMNS)
+    )
     # System columns: the bucket, the offset within it and the commit timestamp.
     py_rows, duck_rows = read_both(info, ["id", *SYSTEM])
     for rows in (py_rows, duck_rows):
@@ -88,22 +75,11 @@ def test_log_table_rounds_read_back_equal(storage: IcebergLakeStorage, read_both
 
 
 def test_keyed_partitioned_log_table(storage: IcebergLakeStorage, read_both) -> None:
-    info = table_info(
-        "clicks",
-        [("user", T.STRING()), ("page", T.STRING()), ("dt", T.STRING())],
-        bucket_keys=["user"],
-        partition_keys=["dt"],
-        buckets=4,
-    )
+    info = table_info("clicks", scenario.CLICKS, bucket_keys=["user"], partition_keys=["dt"], buckets=4)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
-    tiering.append(
-        Change({"user": f"u{i}", "page": f"p{i % 7}", "dt": f"2024-0{1 + i % 3}"}) for i in range(60)
-    )
-    tiering.round(batch_rows=4)
-    tiering.append(Change({"user": f"u{i}", "page": "late", "dt": "2024-09"}) for i in range(10))
-    tiering.round()
-    _check(read_both, tiering, expected_log_rows(tiering), ["user", "page", "dt"])
+    scenario.tier_click_rounds(tiering)
+    _check(read_both, tiering, expected_log_rows(tiering), scenario.CLICK_COLUMNS)
     table = storage.catalog().load_table(info.table_path)
     rows = table.scan(selected_fields=("user", "__bucket", "dt")).to_arrow().to_pylist()
     for row in rows:  # each row sits in its Fluss bucket, which Iceberg's transform agrees with
@@ -113,12 +89,7 @@ def test_keyed_partitioned_log_table(storage: IcebergLakeStorage, read_both) -> 
     # Pruning by the bucket key reads only that key's bucket.
     user_files = list(table.scan(row_filter="user = 'u5'").plan_files())
     assert {t.file.partition[1] for t in user_files} == {bucket_of(info, {"user": "u5"})}
-    latest = storage.committer(info).latest_snapshot()
-    assert latest is not None
-    assert set(latest.partition_names.values()) == {"dt=2024-01", "dt=2024-02", "dt=2024-03", "dt=2024-09"}
-    entries = json.loads(latest.properties[FLUSS_OFFSETS_PROPERTY])
-    assert all(list(e) == ["partition_id", "bucket", "partition_name", "offset"] for e in entries)
-    assert sum(e["offset"] for e in entries) == 70
+    scenario.assert_click_offsets(storage.committer(info).latest_snapshot())
 
 
 def test_writer_refuses_rows_of_another_bucket(storage: IcebergLakeStorage) -> None:
@@ -137,9 +108,8 @@ def test_primary_key_table_upserts_and_deletes_across_rounds(storage: IcebergLak
     info = table_info("users", USERS, primary_key=["id"], buckets=3)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
-    columns = ["id", "name", "score"]
-    tiering.append(insert(id=i, name=f"n{i}", score=i) for i in range(30))
-    tiering.round()
+    columns = USER_COLUMNS
+    scenario.tier_new_users(tiering)
     _check(read_both, tiering, expected_pk_rows(tiering), columns)
     # Updates as -U/+U pairs, plain deletes, re-inserts of deleted keys, new keys.
     changes = []

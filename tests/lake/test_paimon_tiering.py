@@ -9,11 +9,14 @@ import pickle
 import random
 from decimal import Decimal
 
+import lake_scenarios as scenario
 import numpy as np
 import pyarrow as pa
 import pytest
 from lake_helpers import (
     SYSTEM,
+    USER_COLUMNS,
+    USERS,
     Change,
     before,
     delete,
@@ -39,8 +42,6 @@ from strom.lake.offsets import decode_bucket_offsets
 from strom.lake.paimon.committer import COMMIT_ID_PROPERTY, PaimonLakeCommitter
 from strom.lake.paimon.storage import PaimonLakeStorage
 from strom.lake.paimon.writer import PaimonWriteResult
-
-USERS = [("id", T.BIGINT()), ("name", T.STRING()), ("score", T.INT())]
 
 
 @pytest.fixture
@@ -68,23 +69,12 @@ def _snapshot(storage: PaimonLakeStorage, tiering: PaimonTiering):  # type: igno
 
 
 def test_unkeyed_log_table_rounds_read_back_equal(paimon: PaimonLakeStorage, warehouse: pathlib.Path) -> None:
-    info = paimon_info(
-        "events",
-        [("id", T.BIGINT()), ("msg", T.STRING()), ("amount", T.DECIMAL(10, 2)), ("day", T.DATE())],
-        buckets=2,
-    )
+    info = paimon_info("events", scenario.EVENTS, buckets=2)
     paimon.catalog().create_table(info)
     tiering = PaimonTiering(paimon, info)
-    day = dt.date(2024, 5, 1)
-    for round_no in range(3):
-        for b in range(2):
-            rows = [
-                {"id": round_no * 100 + b * 10 + i, "msg": f"m{i}", "amount": Decimal("1.25"), "day": day}
-                for i in range(5)
-            ]
-            tiering.append([Change(r) for r in rows], bucket=b)
-        tiering.round()
-        _check(paimon, tiering, expected_log_rows(tiering), ["id", "msg", "amount", "day"])
+    scenario.tier_event_rounds(
+        tiering, lambda: _check(paimon, tiering, expected_log_rows(tiering), scenario.EVENT_COLUMNS)
+    )
     by_id = {r["id"]: r for r in read_paimon(paimon, info, ["id", *SYSTEM])}
     assert by_id[213]["__bucket"] == 1 and by_id[213]["__offset"] == 13
     assert by_id[3]["__bucket"] == 0 and by_id[3]["__offset"] == 3
@@ -97,22 +87,11 @@ def test_unkeyed_log_table_rounds_read_back_equal(paimon: PaimonLakeStorage, war
 
 
 def test_keyed_partitioned_log_table(paimon: PaimonLakeStorage, warehouse: pathlib.Path) -> None:
-    info = paimon_info(
-        "clicks",
-        [("user", T.STRING()), ("page", T.STRING()), ("dt", T.STRING())],
-        bucket_keys=["user"],
-        partition_keys=["dt"],
-        buckets=4,
-    )
+    info = paimon_info("clicks", scenario.CLICKS, bucket_keys=["user"], partition_keys=["dt"], buckets=4)
     paimon.catalog().create_table(info)
     tiering = PaimonTiering(paimon, info)
-    tiering.append(
-        Change({"user": f"u{i}", "page": f"p{i % 7}", "dt": f"2024-0{1 + i % 3}"}) for i in range(60)
-    )
-    tiering.round(batch_rows=4)
-    tiering.append(Change({"user": f"u{i}", "page": "late", "dt": "2024-09"}) for i in range(10))
-    tiering.round()
-    _check(paimon, tiering, expected_log_rows(tiering), ["user", "page", "dt"])
+    scenario.tier_click_rounds(tiering)
+    _check(paimon, tiering, expected_log_rows(tiering), scenario.CLICK_COLUMNS)
     for row in read_paimon(paimon, info, ["user", "__bucket", "dt"]):
         assert row["__bucket"] == paimon_bucket_of(info, row)
     # Files sit in their partition's directory and their Fluss bucket's Paimon bucket.
@@ -124,12 +103,7 @@ def test_keyed_partitioned_log_table(paimon: PaimonLakeStorage, warehouse: pathl
     for split in builder.new_scan().plan().splits():
         users = builder.new_read().to_arrow([split]).column("user").to_pylist()
         assert {paimon_bucket_of(info, {"user": u}) for u in users} == {split.bucket}
-    latest = paimon.committer(info).latest_snapshot()
-    assert latest is not None
-    assert set(latest.partition_names.values()) == {"dt=2024-01", "dt=2024-02", "dt=2024-03", "dt=2024-09"}
-    entries = json.loads(latest.properties[FLUSS_OFFSETS_PROPERTY])
-    assert all(list(e) == ["partition_id", "bucket", "partition_name", "offset"] for e in entries)
-    assert sum(e["offset"] for e in entries) == 70
+    scenario.assert_click_offsets(paimon.committer(info).latest_snapshot())
 
 
 # ---------------------------------------------------------------------------- primary-key tables
@@ -139,9 +113,8 @@ def test_primary_key_upserts_and_deletes_are_applied(paimon: PaimonLakeStorage) 
     info = paimon_info("users", USERS, primary_key=["id"], bucket_keys=["id"], buckets=3)
     paimon.catalog().create_table(info)
     tiering = PaimonTiering(paimon, info)
-    columns = ["id", "name", "score"]
-    tiering.append(insert(id=i, name=f"n{i}", score=i) for i in range(30))
-    tiering.round()
+    columns = USER_COLUMNS
+    scenario.tier_new_users(tiering)
     _check(paimon, tiering, expected_pk_rows(tiering), columns)
     # Updates as Fluss logs them (-U old, +U new), deletes, and re-inserts of deleted keys.
     changes = []

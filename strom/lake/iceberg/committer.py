@@ -12,8 +12,6 @@ fails the commit, without retrying it, if the table moves on before it lands):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
@@ -22,9 +20,16 @@ from pyiceberg.exceptions import CommitFailedException, ValidationException
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from strom.common.partition import parse_partition_name, partition_qualified_name
 from strom.common.table_descriptor import TableInfo
-from strom.lake.errors import LakeCommitConflictError, StaleLakeCommitError
+from strom.lake.commit_checks import (
+    COMMIT_ATTEMPTS,
+    COMMIT_ID_PROPERTY,
+    check_offsets_ahead,
+    checked_results,
+    checked_round,
+    commit_id,
+)
+from strom.lake.errors import LakeCommitConflictError
 from strom.lake.iceberg.catalog import IcebergLakeCatalog
 from strom.lake.iceberg.deletes import commit_files
 from strom.lake.iceberg.files import delete_quietly
@@ -32,21 +37,10 @@ from strom.lake.iceberg.live_files import load_partition_files
 from strom.lake.iceberg.maintenance import compact_bucket, expire_snapshots
 from strom.lake.iceberg.writer import IcebergWriteResult, partition_values
 from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
-from strom.lake.offsets import (
-    COMMIT_USER_PROPERTY,
-    FLUSS_LAKE_TIERING_COMMIT_USER,
-    FLUSS_OFFSETS_PROPERTY,
-    BucketOffset,
-    decode_bucket_offsets,
-    encode_bucket_offsets,
-    is_tiering_snapshot,
-)
+from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY, is_tiering_snapshot
+from strom.lake.snapshot_summary import qualified_partition_names, tiering_snapshot_info, tiering_summary
 
 __all__ = ["COMMIT_ID_PROPERTY", "IcebergLakeCommitter", "ancestors"]
-
-# Identifies a round's results in the snapshot that holds them (retries are recognised by it).
-COMMIT_ID_PROPERTY = "strom-commit-id"
-_COMMIT_ATTEMPTS = 3
 
 
 def ancestors(table: Table) -> Iterator[Snapshot]:
@@ -66,19 +60,7 @@ def _properties(snapshot: Snapshot) -> dict[str, str]:
 
 
 def snapshot_info(snapshot: Snapshot) -> LakeSnapshotInfo:
-    props = _properties(snapshot)
-    offsets = decode_bucket_offsets(props[FLUSS_OFFSETS_PROPERTY])
-    return LakeSnapshotInfo(
-        snapshot_id=snapshot.snapshot_id,
-        bucket_offsets={(o.partition_id, o.bucket): o.offset for o in offsets},
-        partition_names={
-            o.partition_id: o.partition_name
-            for o in offsets
-            if o.partition_id is not None and o.partition_name is not None
-        },
-        properties=props,
-        timestamp_ms=snapshot.timestamp_ms,
-    )
+    return tiering_snapshot_info(snapshot.snapshot_id, _properties(snapshot), snapshot.timestamp_ms)
 
 
 def latest_tiering_snapshot(table: Table) -> Snapshot | None:
@@ -86,14 +68,6 @@ def latest_tiering_snapshot(table: Table) -> Snapshot | None:
         if is_tiering_snapshot(_properties(snapshot)):
             return snapshot
     return None
-
-
-def commit_id(results: Sequence[IcebergWriteResult], offsets: Mapping[BucketKey, int]) -> str:
-    """A digest of the round's files and offsets: the same round always gets the same id."""
-    paths = sorted(f.path for r in results for f in r.files)
-    keyed = sorted(((-1 if p is None else p), b, o) for (p, b), o in offsets.items())
-    digest = hashlib.sha256(json.dumps([paths, keyed]).encode())
-    return digest.hexdigest()[:32]
 
 
 class IcebergLakeCommitter(LakeCommitter):
@@ -120,62 +94,30 @@ class IcebergLakeCommitter(LakeCommitter):
         *,
         partition_names: Mapping[int, str] | None = None,
     ) -> int:
-        iceberg_results = [self._check_result(r) for r in results]
-        offsets = {(p, int(b)): int(o) for (p, b), o in bucket_offsets.items()}
-        for result in iceberg_results:
-            if result.bucket_key not in offsets:
-                raise ValueError(f"no end offset given for bucket {result.table_bucket} of a write result")
-            if result.end_offset is not None and result.end_offset > offsets[result.bucket_key]:
-                # The lake would hold records past the recorded offset; the next round would repeat them.
-                raise ValueError(
-                    f"bucket {result.table_bucket} wrote records up to offset {result.end_offset} but its "
-                    f"end offset is given as {offsets[result.bucket_key]}"
-                )
-        round_id = commit_id(iceberg_results, offsets)
-        names = self._partition_names(iceberg_results, partition_names)
-        for attempt in range(_COMMIT_ATTEMPTS):
+        iceberg_results, offsets = checked_round(
+            results, bucket_offsets, IcebergWriteResult, "an Iceberg", self._info
+        )
+        round_id = commit_id((f.path for r in iceberg_results for f in r.files), offsets)
+        names = qualified_partition_names(self._info, iceberg_results, partition_names)
+        for attempt in range(COMMIT_ATTEMPTS):
             table = self._load()
             done = self._committed_snapshot(table, round_id)
             if done is not None:
                 return done
             latest = latest_tiering_snapshot(table)
             previous = snapshot_info(latest) if latest is not None else None
-            self._check_offsets(previous, offsets, iceberg_results)
+            check_offsets_ahead(self._info.table_path, previous, offsets, iceberg_results)
             self._check_deletes(table, iceberg_results)
-            summary = self._summary(previous, offsets, names, properties, round_id)
+            summary = tiering_summary(previous, offsets, names, properties, round_id)
             added = [f.to_data_file() for r in iceberg_results for f in r.files]
             try:
                 return commit_files(table, added, (), summary)
             except (CommitFailedException, ValidationException):
                 # Someone committed first: look again (it may have been this very round).
-                if attempt == _COMMIT_ATTEMPTS - 1:
+                if attempt == COMMIT_ATTEMPTS - 1:
                     raise
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
-
-    def _check_result(self, result: WriteResult) -> IcebergWriteResult:
-        if not isinstance(result, IcebergWriteResult):
-            raise TypeError(f"not an Iceberg write result: {type(result).__name__}")
-        if result.table_bucket.table_id != self._info.table_id:
-            raise ValueError(
-                f"write result of {result.table_bucket} is not for table id {self._info.table_id}"
-            )
-        return result
-
-    def _partition_names(
-        self, results: Sequence[IcebergWriteResult], given: Mapping[int, str] | None
-    ) -> dict[int, str]:
-        """Partition id -> qualified name ("dt=2025/region=eu")."""
-        keys = self._info.partition_keys
-        names: dict[int, str] = {}
-        fluss_names = dict(given or {})
-        for r in results:
-            if r.table_bucket.partition_id is not None and r.partition_name is not None:
-                fluss_names.setdefault(r.table_bucket.partition_id, r.partition_name)
-        for pid, name in fluss_names.items():
-            spec = parse_partition_name(keys, name)
-            names[pid] = partition_qualified_name(keys, [spec[k] for k in keys])
-        return names
 
     @staticmethod
     def _committed_snapshot(table: Table, round_id: str) -> int | None:
@@ -183,41 +125,6 @@ class IcebergLakeCommitter(LakeCommitter):
             if _properties(snapshot).get(COMMIT_ID_PROPERTY) == round_id:
                 return snapshot.snapshot_id
         return None
-
-    def _check_offsets(
-        self,
-        previous: LakeSnapshotInfo | None,
-        offsets: Mapping[BucketKey, int],
-        results: Sequence[IcebergWriteResult],
-    ) -> None:
-        committed = previous.bucket_offsets if previous is not None else {}
-        overlapping = {
-            r.bucket_key: (r.start_offset, committed[r.bucket_key])
-            for r in results
-            if r.start_offset is not None
-            and r.bucket_key in committed
-            and r.start_offset < committed[r.bucket_key]
-        }
-        if overlapping:
-            # A job that started from older offsets re-read records the lake already holds.
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: results start below the lake's tiered "
-                f"offsets (first offset written, committed): {overlapping}; those records are already "
-                f"in lake snapshot {previous.snapshot_id if previous else None}."
-            )
-        behind = {k: (o, committed[k]) for k, o in offsets.items() if k in committed and o < committed[k]}
-        if behind:
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: buckets {sorted(behind, key=str)} would go "
-                f"back from the lake's tiered offsets (given, committed): {behind}. The lake snapshot "
-                f"{previous.snapshot_id if previous else None} already holds these records."
-            )
-        advanced = [k for k, o in offsets.items() if o > committed.get(k, 0) or k not in committed]
-        if not advanced:
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: the offsets {dict(offsets)} are not ahead of "
-                f"lake snapshot {previous.snapshot_id if previous else None}, which already holds them."
-            )
 
     def _check_deletes(self, table: Table, results: Sequence[IcebergWriteResult]) -> None:
         current = table.current_snapshot()
@@ -235,30 +142,10 @@ class IcebergLakeCommitter(LakeCommitter):
                     f"{result.base_snapshot_id}; its deletes point at files no longer live: {sorted(gone)}."
                 )
 
-    def _summary(
-        self,
-        previous: LakeSnapshotInfo | None,
-        offsets: Mapping[BucketKey, int],
-        names: Mapping[int, str],
-        properties: Mapping[str, str] | None,
-        round_id: str,
-    ) -> dict[str, str]:
-        merged = dict(previous.bucket_offsets) if previous is not None else {}
-        merged.update(offsets)
-        known_names = {**(previous.partition_names if previous is not None else {}), **names}
-        entries = [
-            BucketOffset(p, b, o, None if p is None else known_names.get(p)) for (p, b), o in merged.items()
-        ]
-        summary = {str(k): str(v) for k, v in (properties or {}).items()}
-        summary[COMMIT_USER_PROPERTY] = FLUSS_LAKE_TIERING_COMMIT_USER
-        summary[FLUSS_OFFSETS_PROPERTY] = encode_bucket_offsets(entries)
-        summary[COMMIT_ID_PROPERTY] = round_id
-        return summary
-
     # -- aborting -------------------------------------------------------------------------------
 
     def abort(self, results: Sequence[WriteResult]) -> None:
-        iceberg_results = [self._check_result(r) for r in results]
+        iceberg_results = checked_results(results, IcebergWriteResult, "an Iceberg", self._info)
         if not iceberg_results:
             return
         table = self._load()

@@ -49,6 +49,7 @@ from pyiceberg.types import (
 from strom.common.errors import InvalidConfigError, InvalidTableError
 from strom.common.table_descriptor import TableInfo
 from strom.common.types import DataType, DataTypeRoot
+from strom.lake.system_columns import BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN
 
 __all__ = [
     "BUCKET_COLUMN",
@@ -61,9 +62,6 @@ __all__ = [
     "to_iceberg_type",
 ]
 
-BUCKET_COLUMN = "__bucket"
-OFFSET_COLUMN = "__offset"
-TIMESTAMP_COLUMN = "__timestamp"
 SYSTEM_COLUMNS: dict[str, IcebergType] = {
     BUCKET_COLUMN: IntegerType(),
     OFFSET_COLUMN: LongType(),

@@ -31,8 +31,9 @@ from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.lake.iceberg.files import DataFileWriter, IcebergFile, delete_quietly, write_position_deletes
 from strom.lake.iceberg.live_files import FILE_COLUMN, POS_COLUMN, load_partition_files
-from strom.lake.iceberg.schema import BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN
-from strom.lake.interface import ChangeTypes, LakeWriter, RowValues, WriteResult
+from strom.lake.interface import ChangeTypes, RowValues, WriteResult
+from strom.lake.split_writer import SplitWriter
+from strom.lake.system_columns import BUCKET_COLUMN, SYSTEM_COLUMN_NAMES, system_columns, user_columns
 from strom.record.change_type import ChangeType
 
 __all__ = ["IcebergLakeWriter", "IcebergWriteResult"]
@@ -103,10 +104,11 @@ def _as_change_types(values: ChangeTypes, n: int) -> np.ndarray:
     return array.astype(np.int8, copy=False)
 
 
-class IcebergLakeWriter(LakeWriter):
+class IcebergLakeWriter(SplitWriter):
     def __init__(
         self, table: Table, table_info: TableInfo, table_bucket: TableBucket, partition_name: str | None
     ) -> None:
+        super().__init__()
         self._table = table
         self._info = table_info
         self._bucket = table_bucket
@@ -121,31 +123,12 @@ class IcebergLakeWriter(LakeWriter):
         # Primary-key tables fold the whole split, so their rows are kept until complete().
         self._pending: list[pa.Table] = []
         self._pending_kinds: list[np.ndarray] = []
-        self._records = 0
-        self._start_offset: int | None = None
-        self._end_offset: int | None = None
-        self._done = False
         self._extra_paths: list[str] = []
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write(
-        self,
-        batch: pa.RecordBatch | pa.Table,
-        change_types: ChangeTypes | None,
-        offsets: RowValues,
-        timestamps: RowValues,
-    ) -> None:
-        if self._done:
-            raise RuntimeError("the writer has completed")
-        n = batch.num_rows
-        if n == 0:
-            return
-        rows = self._to_iceberg_rows(batch, offsets, timestamps)
-        self._records += n
-        if self._start_offset is None:
-            self._start_offset = int(pc.min(rows.column(OFFSET_COLUMN)).as_py())
-        self._end_offset = int(pc.max(rows.column(OFFSET_COLUMN)).as_py()) + 1
+    def _store(self, rows: pa.Table, change_types: ChangeTypes | None) -> None:
+        n = rows.num_rows
         if self._primary_key:
             kinds = (
                 np.full(n, ChangeType.INSERT, dtype=np.int8)
@@ -158,19 +141,18 @@ class IcebergLakeWriter(LakeWriter):
             # Log tables only append (+A); change types carry nothing for them.
             self._files.write(rows)
 
-    def _to_iceberg_rows(
-        self, batch: pa.RecordBatch | pa.Table, offsets: RowValues, timestamps: RowValues
+    def _lake_rows(
+        self,
+        batch: pa.RecordBatch | pa.Table,
+        change_types: ChangeTypes | None,
+        offsets: RowValues,
+        timestamps: RowValues,
     ) -> pa.Table:
         n = batch.num_rows
-        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        missing = [c for c in self._user_columns if c not in table.column_names]
-        if missing:
-            raise ValueError(f"batch lacks columns {missing} of table {self._info.table_path}")
-        columns = [table.column(c) for c in self._user_columns]
-        columns.append(pa.array(np.full(n, self._bucket.bucket, dtype=np.int32)))
-        columns.append(_as_int64(offsets, n, "offsets"))
-        columns.append(_as_timestamps(timestamps, n))
-        names = [*self._user_columns, BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN]
+        columns = user_columns(batch, self._user_columns, self._info.table_path)
+        offset_values = _as_int64(offsets, n, "offsets")
+        columns += system_columns(n, self._bucket.bucket, offset_values, _as_timestamps(timestamps, n))
+        names = [*self._user_columns, *SYSTEM_COLUMN_NAMES]
         # safe=False: timestamps with nanoseconds are cut to Iceberg's microseconds.
         rows = pa.Table.from_arrays(columns, names=names).cast(self._schema, safe=False)
         self._check_bucket(rows)
@@ -193,9 +175,7 @@ class IcebergLakeWriter(LakeWriter):
     # -- completing -----------------------------------------------------------------------------
 
     def complete(self) -> IcebergWriteResult:
-        if self._done:
-            raise RuntimeError("the writer has completed")
-        self._done = True
+        self._finish()
         delete_files: tuple[IcebergFile, ...] = ()
         base_snapshot = None
         try:
@@ -208,9 +188,9 @@ class IcebergLakeWriter(LakeWriter):
         return IcebergWriteResult(
             table_bucket=self._bucket,
             partition_name=self._partition_name,
-            record_count=self._records,
-            end_offset=self._end_offset,
-            start_offset=self._start_offset,
+            record_count=self._written.records,
+            end_offset=self._written.end_offset,
+            start_offset=self._written.start_offset,
             data_files=data_files,
             delete_files=delete_files,
             base_snapshot_id=base_snapshot,

@@ -19,8 +19,6 @@ pypaimon cannot compact or expire snapshots, so `compact` and `expire_snapshots`
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -30,17 +28,18 @@ from pypaimon.snapshot.snapshot_commit import PartitionStatistics, SnapshotCommi
 from pypaimon.table.file_store_table import FileStoreTable
 from pypaimon.write.file_store_commit import FileStoreCommit
 
-from strom.common.partition import parse_partition_name, partition_qualified_name
 from strom.common.table_descriptor import TableInfo
-from strom.lake.errors import LakeCommitConflictError, StaleLakeCommitError
-from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
-from strom.lake.offsets import (
-    COMMIT_USER_PROPERTY,
-    FLUSS_LAKE_TIERING_COMMIT_USER,
-    FLUSS_OFFSETS_PROPERTY,
-    BucketOffset,
-    encode_bucket_offsets,
+from strom.lake.commit_checks import (
+    COMMIT_ATTEMPTS,
+    COMMIT_ID_PROPERTY,
+    check_offsets_ahead,
+    checked_results,
+    checked_round,
+    commit_id,
 )
+from strom.lake.errors import LakeCommitConflictError
+from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
+from strom.lake.offsets import FLUSS_LAKE_TIERING_COMMIT_USER
 from strom.lake.paimon.catalog import PaimonLakeCatalog
 from strom.lake.paimon.snapshots import (
     added_files,
@@ -50,21 +49,12 @@ from strom.lake.paimon.snapshots import (
     snapshot_properties,
 )
 from strom.lake.paimon.writer import PaimonWriteResult, discard_messages
+from strom.lake.snapshot_summary import qualified_partition_names, tiering_summary
 
-__all__ = ["COMMIT_ID_PROPERTY", "PaimonLakeCommitter", "commit_id"]
+__all__ = ["COMMIT_ID_PROPERTY", "PaimonLakeCommitter"]
 
-# Identifies a round's results in the snapshot that holds them (retries are recognised by it).
-COMMIT_ID_PROPERTY = "strom-commit-id"
-_COMMIT_ATTEMPTS = 3
 # Per commit: fail at once when another snapshot took the id, and record rounds without files too.
 _COMMIT_OPTIONS = {"commit.max-retries": "0", "snapshot.ignore-empty-commit": "false"}
-
-
-def commit_id(results: Sequence[PaimonWriteResult], offsets: Mapping[BucketKey, int]) -> str:
-    """A digest of the round's files and offsets: the same round always gets the same id."""
-    names = sorted(name for r in results for name in r.file_names)
-    keyed = sorted(((-1 if p is None else p), b, o) for (p, b), o in offsets.items())
-    return hashlib.sha256(json.dumps([names, keyed]).encode()).hexdigest()[:32]
 
 
 class _NextSnapshotOnly(SnapshotCommit):
@@ -117,20 +107,12 @@ class PaimonLakeCommitter(LakeCommitter):
         *,
         partition_names: Mapping[int, str] | None = None,
     ) -> int:
-        paimon_results = [self._check_result(r) for r in results]
-        offsets = {(p, int(b)): int(o) for (p, b), o in bucket_offsets.items()}
-        for result in paimon_results:
-            if result.bucket_key not in offsets:
-                raise ValueError(f"no end offset given for bucket {result.table_bucket} of a write result")
-            if result.end_offset is not None and result.end_offset > offsets[result.bucket_key]:
-                # The lake would hold records past the recorded offset; the next round would repeat them.
-                raise ValueError(
-                    f"bucket {result.table_bucket} wrote records up to offset {result.end_offset} but its "
-                    f"end offset is given as {offsets[result.bucket_key]}"
-                )
-        round_id = commit_id(paimon_results, offsets)
-        names = self._partition_names(paimon_results, partition_names)
-        for attempt in range(_COMMIT_ATTEMPTS):
+        paimon_results, offsets = checked_round(
+            results, bucket_offsets, PaimonWriteResult, "a Paimon", self._info
+        )
+        round_id = commit_id((name for r in paimon_results for name in r.file_names), offsets)
+        names = qualified_partition_names(self._info, paimon_results, partition_names)
+        for attempt in range(COMMIT_ATTEMPTS):
             table = self._load()
             done = self._committed_snapshot(table, round_id, paimon_results)
             if done is not None:
@@ -141,39 +123,15 @@ class PaimonLakeCommitter(LakeCommitter):
             self._check_offsets(previous, offsets, paimon_results)
             if self._info.has_primary_key:
                 self._check_sequences(table, latest, paimon_results)
-            summary = self._summary(previous, offsets, names, properties, round_id)
+            summary = tiering_summary(previous, offsets, names, properties, round_id)
             snapshot_id = 1 if latest is None else latest.id + 1
             if self._commit_as(table, snapshot_id, paimon_results, summary):
                 return snapshot_id
             time.sleep(0.05 * (attempt + 1))  # someone committed first: look again
         raise LakeCommitConflictError(
             f"Could not commit a tiering round of {self._info.table_path}: other commits kept taking the "
-            f"next snapshot id ({_COMMIT_ATTEMPTS} attempts)."
+            f"next snapshot id ({COMMIT_ATTEMPTS} attempts)."
         )
-
-    def _check_result(self, result: WriteResult) -> PaimonWriteResult:
-        if not isinstance(result, PaimonWriteResult):
-            raise TypeError(f"not a Paimon write result: {type(result).__name__}")
-        if result.table_bucket.table_id != self._info.table_id:
-            raise ValueError(
-                f"write result of {result.table_bucket} is not for table id {self._info.table_id}"
-            )
-        return result
-
-    def _partition_names(
-        self, results: Sequence[PaimonWriteResult], given: Mapping[int, str] | None
-    ) -> dict[int, str]:
-        """Partition id -> qualified name ("dt=2025/region=eu")."""
-        keys = self._info.partition_keys
-        fluss_names = dict(given or {})
-        for r in results:
-            if r.table_bucket.partition_id is not None and r.partition_name is not None:
-                fluss_names.setdefault(r.table_bucket.partition_id, r.partition_name)
-        names: dict[int, str] = {}
-        for pid, name in fluss_names.items():
-            spec = parse_partition_name(keys, name)
-            names[pid] = partition_qualified_name(keys, [spec[k] for k in keys])
-        return names
 
     def _committed_snapshot(
         self, table: FileStoreTable, round_id: str, results: Sequence[PaimonWriteResult]
@@ -199,34 +157,8 @@ class PaimonLakeCommitter(LakeCommitter):
         offsets: Mapping[BucketKey, int],
         results: Sequence[PaimonWriteResult],
     ) -> None:
-        committed = previous.bucket_offsets if previous is not None else {}
-        where = f"lake snapshot {previous.snapshot_id if previous else None}"
-        overlapping = {
-            r.bucket_key: (r.start_offset, committed[r.bucket_key])
-            for r in results
-            if r.start_offset is not None
-            and r.bucket_key in committed
-            and r.start_offset < committed[r.bucket_key]
-        }
-        if overlapping:
-            # A job that started from older offsets re-read records the lake already holds.
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: results start below the lake's tiered "
-                f"offsets (first offset written, committed): {overlapping}; those records are already "
-                f"in {where}."
-            )
-        behind = {k: (o, committed[k]) for k, o in offsets.items() if k in committed and o < committed[k]}
-        if behind:
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: buckets {sorted(behind, key=str)} would go "
-                f"back from the lake's tiered offsets (given, committed): {behind}. {where} already holds "
-                "these records."
-            )
-        if not any(k not in committed or o > committed[k] for k, o in offsets.items()):
-            raise StaleLakeCommitError(
-                f"Refusing to commit {self._info.table_path}: the offsets {dict(offsets)} are not ahead of "
-                f"{where}, which already holds them."
-            )
+        # A method of its own so that tests can commit another round right after the checks.
+        check_offsets_ahead(self._info.table_path, previous, offsets, results)
 
     def _check_sequences(
         self, table: FileStoreTable, latest: Snapshot | None, results: Sequence[PaimonWriteResult]
@@ -245,26 +177,6 @@ class PaimonLakeCommitter(LakeCommitter):
                         f"{added.snapshot_id} after its writer started from snapshot {base}; the round's "
                         "sequence numbers would not order after them."
                     )
-
-    def _summary(
-        self,
-        previous: LakeSnapshotInfo | None,
-        offsets: Mapping[BucketKey, int],
-        names: Mapping[int, str],
-        properties: Mapping[str, str] | None,
-        round_id: str,
-    ) -> dict[str, str]:
-        merged = dict(previous.bucket_offsets) if previous is not None else {}
-        merged.update(offsets)
-        known_names = {**(previous.partition_names if previous is not None else {}), **names}
-        entries = [
-            BucketOffset(p, b, o, None if p is None else known_names.get(p)) for (p, b), o in merged.items()
-        ]
-        summary = {str(k): str(v) for k, v in (properties or {}).items()}
-        summary[COMMIT_USER_PROPERTY] = FLUSS_LAKE_TIERING_COMMIT_USER
-        summary[FLUSS_OFFSETS_PROPERTY] = encode_bucket_offsets(entries)
-        summary[COMMIT_ID_PROPERTY] = round_id
-        return summary
 
     def _commit_as(
         self,
@@ -292,7 +204,7 @@ class PaimonLakeCommitter(LakeCommitter):
     # -- aborting -------------------------------------------------------------------------------
 
     def abort(self, results: Sequence[WriteResult]) -> None:
-        paimon_results = [self._check_result(r) for r in results]
+        paimon_results = checked_results(results, PaimonWriteResult, "a Paimon", self._info)
         with_files = [r for r in paimon_results if r.messages]
         if not with_files:
             return

@@ -39,6 +39,7 @@ from pypaimon.schema.data_types import DataType as PaimonType
 from strom.common.errors import InvalidConfigError, InvalidTableError
 from strom.common.table_descriptor import TableInfo
 from strom.common.types import DataType, DataTypeRoot
+from strom.lake.system_columns import BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN
 
 __all__ = [
     "BUCKET_COLUMN",
@@ -54,9 +55,6 @@ __all__ = [
     "to_paimon_type",
 ]
 
-BUCKET_COLUMN = "__bucket"
-OFFSET_COLUMN = "__offset"
-TIMESTAMP_COLUMN = "__timestamp"
 ROW_KIND_COLUMN = "__row_kind"
 SYSTEM_COLUMNS: dict[str, str] = {
     BUCKET_COLUMN: "INT",

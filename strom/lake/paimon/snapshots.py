@@ -16,13 +16,8 @@ from pypaimon.snapshot.snapshot import Snapshot
 from pypaimon.table.file_store_table import FileStoreTable
 
 from strom.lake.interface import LakeSnapshotInfo
-from strom.lake.offsets import (
-    COMMIT_USER_PROPERTY,
-    FLUSS_LAKE_TIERING_COMMIT_USER,
-    FLUSS_OFFSETS_PROPERTY,
-    decode_bucket_offsets,
-    is_tiering_snapshot,
-)
+from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_LAKE_TIERING_COMMIT_USER, is_tiering_snapshot
+from strom.lake.snapshot_summary import tiering_snapshot_info
 
 __all__ = [
     "AddedFile",
@@ -70,19 +65,7 @@ def latest_tiering_snapshot(table: FileStoreTable) -> Snapshot | None:
 
 
 def snapshot_info(snapshot: Snapshot) -> LakeSnapshotInfo:
-    props = snapshot_properties(snapshot)
-    offsets = decode_bucket_offsets(props[FLUSS_OFFSETS_PROPERTY])
-    return LakeSnapshotInfo(
-        snapshot_id=snapshot.id,
-        bucket_offsets={(o.partition_id, o.bucket): o.offset for o in offsets},
-        partition_names={
-            o.partition_id: o.partition_name
-            for o in offsets
-            if o.partition_id is not None and o.partition_name is not None
-        },
-        properties=props,
-        timestamp_ms=snapshot.time_millis,
-    )
+    return tiering_snapshot_info(snapshot.id, snapshot_properties(snapshot), snapshot.time_millis)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pypaimon.schema.data_types import PyarrowFieldParser
 from pypaimon.table.bucket_mode import BucketMode
 from pypaimon.table.file_store_table import FileStoreTable
@@ -35,10 +34,12 @@ from pypaimon.write.table_write import BatchTableWrite
 from strom.common.partition import parse_partition_name
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
-from strom.lake.interface import ChangeTypes, LakeWriter, RowValues, WriteResult
+from strom.lake.interface import ChangeTypes, RowValues, WriteResult
 from strom.lake.offsets import FLUSS_LAKE_TIERING_COMMIT_USER
 from strom.lake.paimon.retracts import record_retract_counts
-from strom.lake.paimon.schema import BUCKET_COLUMN, OFFSET_COLUMN, ROW_KIND_COLUMN, TIMESTAMP_COLUMN
+from strom.lake.paimon.schema import ROW_KIND_COLUMN
+from strom.lake.split_writer import SplitWriter
+from strom.lake.system_columns import SYSTEM_COLUMN_NAMES, system_columns, user_columns
 from strom.record.change_type import ChangeType
 
 __all__ = ["PaimonLakeWriter", "PaimonWriteResult", "discard_messages", "message_file_names"]
@@ -110,7 +111,7 @@ def _partition_text(value: Any) -> str:
     return str(value)
 
 
-class PaimonLakeWriter(LakeWriter):
+class PaimonLakeWriter(SplitWriter):
     def __init__(
         self,
         table: FileStoreTable,
@@ -118,6 +119,7 @@ class PaimonLakeWriter(LakeWriter):
         table_bucket: TableBucket,
         partition_name: str | None,
     ) -> None:
+        super().__init__()
         self._table = table
         self._info = table_info
         self._bucket = table_bucket
@@ -130,10 +132,6 @@ class PaimonLakeWriter(LakeWriter):
         self._unaware = table.bucket_mode() == BucketMode.BUCKET_UNAWARE
         self._expected_partition = self._partition_values(partition_name)
         self._write = BatchTableWrite(table, FLUSS_LAKE_TIERING_COMMIT_USER)
-        self._records = 0
-        self._start_offset: int | None = None
-        self._end_offset: int | None = None
-        self._done = False
 
     def _partition_values(self, partition_name: str | None) -> tuple[str, ...]:
         keys = self._info.partition_keys
@@ -146,27 +144,10 @@ class PaimonLakeWriter(LakeWriter):
 
     # -- writing -------------------------------------------------------------------------------
 
-    def write(
-        self,
-        batch: pa.RecordBatch | pa.Table,
-        change_types: ChangeTypes | None,
-        offsets: RowValues,
-        timestamps: RowValues,
-    ) -> None:
-        if self._done:
-            raise RuntimeError("the writer has completed")
-        n = batch.num_rows
-        if n == 0:
-            return
-        rows = self._to_paimon_rows(batch, change_types, offsets, timestamps)
-        offset_column = rows.column(OFFSET_COLUMN)
-        if self._start_offset is None:
-            self._start_offset = int(pc.min(offset_column).as_py())
-        self._end_offset = int(pc.max(offset_column).as_py()) + 1
-        self._records += n
+    def _store(self, rows: pa.Table, change_types: ChangeTypes | None) -> None:
         self._write.write_arrow(rows)
 
-    def _to_paimon_rows(
+    def _lake_rows(
         self,
         batch: pa.RecordBatch | pa.Table,
         change_types: ChangeTypes | None,
@@ -174,15 +155,10 @@ class PaimonLakeWriter(LakeWriter):
         timestamps: RowValues,
     ) -> pa.Table:
         n = batch.num_rows
-        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        missing = [c for c in self._user_columns if c not in table.column_names]
-        if missing:
-            raise ValueError(f"batch lacks columns {missing} of table {self._info.table_path}")
-        columns: list[pa.Array | pa.ChunkedArray] = [table.column(c) for c in self._user_columns]
-        columns.append(pa.array(np.full(n, self._bucket.bucket, dtype=np.int32)))
-        columns.append(_as_array(offsets, n, "offsets").cast(pa.int64()))
-        columns.append(_as_timestamps(timestamps, n))
-        names = [*self._user_columns, BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN]
+        columns = user_columns(batch, self._user_columns, self._info.table_path)
+        offset_values = _as_array(offsets, n, "offsets").cast(pa.int64())
+        columns += system_columns(n, self._bucket.bucket, offset_values, _as_timestamps(timestamps, n))
+        names = [*self._user_columns, *SYSTEM_COLUMN_NAMES]
         if self._primary_key:
             # Log tables only append; change types carry nothing for them.
             columns.append(_row_kinds(change_types, n))
@@ -193,9 +169,7 @@ class PaimonLakeWriter(LakeWriter):
     # -- completing -----------------------------------------------------------------------------
 
     def complete(self) -> PaimonWriteResult:
-        if self._done:
-            raise RuntimeError("the writer has completed")
-        self._done = True
+        self._finish()
         messages: list[CommitMessage] = []
         try:
             messages = [m for m in self._write.prepare_commit() if not m.is_empty()]
@@ -210,9 +184,9 @@ class PaimonLakeWriter(LakeWriter):
         return PaimonWriteResult(
             table_bucket=self._bucket,
             partition_name=self._partition_name,
-            record_count=self._records,
-            end_offset=self._end_offset,
-            start_offset=self._start_offset,
+            record_count=self._written.records,
+            end_offset=self._written.end_offset,
+            start_offset=self._written.start_offset,
             messages=tuple(messages),
             base_snapshot_id=self._base_snapshot_id,
         )
