@@ -10,6 +10,7 @@ result again (``Filter.mask(batch)`` gives the exact row mask).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +30,7 @@ from strom.common.schema import Schema
 __all__ = ["ColumnRef", "Filter", "col"]
 
 
-class Filter:
+class Filter(ABC):
     """A filter expression over named columns."""
 
     __slots__ = ()
@@ -49,9 +50,9 @@ class Filter:
     def __bool__(self) -> bool:
         raise TypeError("a filter has no truth value: combine filters with & and |, not 'and' / 'or'")
 
+    @abstractmethod
     def bind(self, schema: Schema) -> Predicate:
         """The predicate over `schema`'s column ids; unknown columns raise ValueError."""
-        raise NotImplementedError
 
     def mask(self, batch: pa.RecordBatch, schema: Schema) -> pa.Array:
         """Which rows of `batch` (columns named as in `schema`) match, as a boolean array."""

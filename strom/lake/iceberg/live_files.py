@@ -24,6 +24,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IcebergType
 
+from strom.common.errors import StorageError
+
 __all__ = ["FILE_COLUMN", "POS_COLUMN", "LiveDataFile", "PartitionFiles", "load_partition_files"]
 
 # Columns added to rows read with their location.
@@ -139,7 +141,7 @@ def load_partition_files(
             elif data_file.content == DataFileContent.POSITION_DELETES:
                 deletes.append((data_file, seq))
             else:
-                raise NotImplementedError(
+                raise StorageError(
                     f"{table.name()} has equality delete file {data_file.file_path}; Strom only reads "
                     "position deletes (the kind it writes)."
                 )
