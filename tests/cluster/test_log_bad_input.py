@@ -35,15 +35,18 @@ def batch(start: int, count: int, schema_id: int = 1) -> bytes:
 class Table:
     """Raw RPC access to a one-bucket table: its id and a connection to the bucket's leader."""
 
-    def __init__(self, cluster: Cluster, name: str, properties: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, name: str, properties: dict[str, str] | None = None, schema: Schema = SCHEMA
+    ) -> None:
         self.cluster = cluster
         self.name = name
         self.properties = properties or {}
+        self.schema = schema
 
     async def __aenter__(self) -> Table:
         host, port = self.cluster.coordinator.host, self.cluster.coordinator.port
         self.coordinator = await RpcConnection.connect(host, port)
-        descriptor = TableDescriptor(SCHEMA, bucket_count=1, properties=self.properties)
+        descriptor = TableDescriptor(self.schema, bucket_count=1, properties=self.properties)
         request = pb.CreateTableRequest(table_json=descriptor.to_json_bytes(), ignore_if_exists=False)
         request.table_path.database_name = "fluss"
         request.table_path.table_name = self.name
@@ -196,3 +199,15 @@ def test_segment_truncated_mid_batch_is_repaired_at_start_up(cluster_factory: An
         leader.close()
 
     asyncio.run(check())
+
+
+def test_appends_to_a_primary_key_table_are_refused(shared_cluster: Cluster) -> None:
+    pk_schema = Schema([Column("id", BIGINT()), Column("name", STRING())], primary_key=["id"])
+
+    async def main() -> None:
+        async with Table(shared_cluster, f"pk_{time.monotonic_ns()}", schema=pk_schema) as table:
+            result = await table.produce(batch(0, 10))
+            assert result.error_code == 15 and "primary key" in result.error_message
+            assert await table.offsets() == (0, 0)
+
+    asyncio.run(main())

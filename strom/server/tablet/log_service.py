@@ -20,6 +20,7 @@ from strom.common.errors import (
     FlussError,
     InvalidColumnProjectionError,
     InvalidRequiredAcksError,
+    InvalidTableError,
     InvalidTimestampError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -94,6 +95,12 @@ class LogService:
                 result.partition_id = entry.partition_id
             try:
                 replica = self.replicas.leader_replica(bucket)
+                if replica.table_info.has_primary_key:
+                    # its log is the changelog of the KV state: only PutKv may write it
+                    raise InvalidTableError(
+                        f"table '{replica.database}.{replica.table}' has a primary key: write it with "
+                        "upserts (PutKv), not appends (ProduceLog)"
+                    )
                 tablet = replica.log_tablet()
                 self._check_schema_ids(replica, entry.records)
                 if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
