@@ -59,7 +59,11 @@ def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
     import uvloop
 
     async def main() -> None:
-        server = await coroutine_factory()
+        try:
+            server = await coroutine_factory()
+        except OSError as e:  # e.g. the port is taken: say so, without a traceback
+            logging.getLogger("strom").error("cannot start: %s", e)
+            sys.exit(1)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
