@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 
 from strom.common.partition import parse_partition_name
 from strom.common.table_descriptor import TableInfo
-from strom.spark import bridge, planner
+from strom.spark import bridge, lake_source, planner
 from strom.spark.filters import Condition, PushedFilters, partition_matches, push
 from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode
 from strom.spark.scan import read_group
@@ -55,6 +55,7 @@ def read_spec(
         include_metadata=options.include_metadata,
         predicate=pushed.predicate if pushed else None,
         spark_schema_json=schema.json(),
+        lake=options.lake,
     )
 
 
@@ -70,13 +71,18 @@ def plan_ranges(
     conditions: Sequence[Condition] = (),
 ) -> list[BucketRange]:
     """Every bucket's share of a batch read, as of now."""
+    # Union reads: the lake snapshot first, so Fluss's end offsets are never behind it.
+    lake = (
+        lake_source.latest_cut(options.lake, table) if options.union_read and table.datalake_enabled else None
+    )
     if table.has_primary_key and options.startup_mode is StartupMode.FULL:
         snapshots = bridge.supports_snapshots()
         return bridge.run_admin(
-            connection, lambda admin: planner.plan_kv_ranges(admin, table, options, conditions, snapshots)
+            connection,
+            lambda admin: planner.plan_kv_ranges(admin, table, options, conditions, snapshots, lake),
         )
     return bridge.run_admin(
-        connection, lambda admin: planner.plan_log_ranges(admin, table, options, conditions)
+        connection, lambda admin: planner.plan_log_ranges(admin, table, options, conditions, lake)
     )
 
 

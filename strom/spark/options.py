@@ -28,6 +28,10 @@ INCREMENTAL_END = "scan.incremental.end.timestamp"
 INCLUDE_CHANGE_TYPE = "scan.include-change-type"
 INCLUDE_METADATA = "scan.include-metadata"
 FILTER_PUSHDOWN = "scan.filter-pushdown"
+UNION_READ = "scan.union-read"
+# The lake of union reads, named as in the cluster's configuration (datalake.<format>.*).
+DATALAKE_FORMAT = "datalake.format"
+DATALAKE_PREFIX = "datalake."
 MAX_ROWS_PER_TRIGGER = "maxRowsPerTrigger"
 # Kafka users know the offset-based name; in Fluss one record is one offset.
 MAX_OFFSETS_PER_TRIGGER = "maxOffsetsPerTrigger"
@@ -150,6 +154,10 @@ class ReadOptions:
     # Opt-in: Spark 4.3 reuses a DataFrame's last pushed-down read plan for its later queries
     # without filters, so pruning by pushed filters is only safe with one query per load().
     filter_pushdown: bool = False
+    # Opt-in: batch reads take what tiering already wrote from the lake, the rest from Fluss.
+    union_read: bool = False
+    # ``datalake.format`` and ``datalake.<format>.*`` (union reads only).
+    lake: tuple[tuple[str, str], ...] = ()
 
     @property
     def time_bounded(self) -> bool:
@@ -191,6 +199,12 @@ class ReadOptions:
                     f"Invalid time range: the start timestamp {start_ms} must be strictly before the "
                     f"end timestamp {end_ms}; the range is [start, end)."
                 )
+        union_read = _bool(options, UNION_READ)
+        if union_read and (mode not in (StartupMode.FULL, StartupMode.EARLIEST) or end_ms is not None):
+            raise SparkOptionError(
+                f"'{UNION_READ}' reads whole tables: it needs '{STARTUP_MODE}' 'full' or 'earliest' "
+                f"and no '{INCREMENTAL_END}'."
+            )
         max_rows = _positive_int(options, MAX_ROWS_PER_TRIGGER)
         if max_rows is None:
             max_rows = _positive_int(options, MAX_OFFSETS_PER_TRIGGER)
@@ -203,7 +217,24 @@ class ReadOptions:
             max_rows_per_trigger=max_rows,
             splits=_positive_int(options, SPLITS) or DEFAULT_SPLITS,
             filter_pushdown=_bool(options, FILTER_PUSHDOWN),
+            union_read=union_read,
+            lake=_lake_options(options) if union_read else (),
         )
+
+
+def _lake_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The lake configuration of a union read: ``datalake.format`` plus its ``datalake.<format>.*``."""
+    lake_format = str(options.get(DATALAKE_FORMAT) or "").strip().lower()
+    if not lake_format:
+        raise SparkOptionError(
+            f"'{UNION_READ}' needs option '{DATALAKE_FORMAT}' ('iceberg' or 'paimon') and the lake's "
+            f"'datalake.<format>.*' options, as in the cluster's configuration."
+        )
+    prefix = f"{DATALAKE_PREFIX}{lake_format}."
+    found = {DATALAKE_FORMAT: lake_format}
+    # Spark's option map lowercases keys; the lake formats' catalog properties are lowercase anyway.
+    found.update({str(k): str(v) for k, v in options.items() if str(k).lower().startswith(prefix)})
+    return tuple(sorted(found.items()))
 
 
 @dataclass(frozen=True)

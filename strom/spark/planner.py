@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from strom.client.admin import Admin, PartitionInfo
 from strom.client.offset_spec import OffsetSpec
@@ -17,6 +17,7 @@ from strom.common.errors import PartitionNotExistError
 from strom.common.schema import Schema
 from strom.common.table_descriptor import TableInfo
 from strom.spark.filters import Condition, partition_matches
+from strom.spark.lake_source import LakeCut
 from strom.spark.offsets import BucketKey, Position, StreamOffsets
 from strom.spark.options import ReadOptions, StartupMode
 from strom.spark.splits import BucketRange
@@ -101,20 +102,41 @@ async def earliest_offsets(
     return await _offsets(admin, table, partitions, OffsetSpec.earliest())
 
 
+def _lake_offset(lake: LakeCut | None, key: BucketKey) -> int:
+    """How far the lake covers the bucket (0: not tiered yet, or no union read)."""
+    return 0 if lake is None else lake.bucket_offsets.get((key.partition_id, key.bucket), 0)
+
+
+def with_lake(r: BucketRange, lake_offset: int, lake: LakeCut) -> BucketRange:
+    """`r` reading the lake's rows below `lake_offset` and the log only from there."""
+    # The lake is taken before the end offsets, so it cannot be ahead of them; clamp anyway.
+    return replace(r, start=min(lake_offset, r.end), snapshot_id=None, lake_snapshot_id=lake.snapshot_id)
+
+
 async def plan_log_ranges(
-    admin: Admin, table: TableInfo, options: ReadOptions, conditions: Sequence[Condition] = ()
+    admin: Admin,
+    table: TableInfo,
+    options: ReadOptions,
+    conditions: Sequence[Condition] = (),
+    lake: LakeCut | None = None,
 ) -> list[BucketRange]:
-    """Bounded ranges of a log (or changelog) read: startup offsets up to the end offsets."""
+    """Bounded ranges of a log (or changelog) read: startup offsets up to the end offsets.
+
+    With a `lake` (union reads), buckets the lake is ahead on read their start from the lake.
+    """
     partitions = await list_partitions(admin, table, conditions)
     names = {p.partition_id: p.name for p in partitions}
     starts, ends = await asyncio.gather(
         start_offsets(admin, table, partitions, options), end_offsets(admin, table, partitions, options)
     )
-    return [
-        BucketRange(key.partition_id, names.get(key.partition_id), key.bucket, starts[key], end)
-        for key, end in sorted(ends.items(), key=lambda kv: kv[0].sort_key())
-        if key in starts
-    ]
+    ranges = []
+    for key, end in sorted(ends.items(), key=lambda kv: kv[0].sort_key()):
+        if key not in starts:
+            continue
+        r = BucketRange(key.partition_id, names.get(key.partition_id), key.bucket, starts[key], end)
+        lake_offset = _lake_offset(lake, key)
+        ranges.append(with_lake(r, lake_offset, lake) if lake and lake_offset > r.start else r)
+    return ranges
 
 
 def stream_offsets(
@@ -134,11 +156,13 @@ async def plan_kv_ranges(
     options: ReadOptions,
     conditions: Sequence[Condition] = (),
     snapshots_readable: bool = False,
+    lake: LakeCut | None = None,
 ) -> list[BucketRange]:
     """Ranges that rebuild a primary-key table's current rows: KV snapshot + changelog after it.
 
     Without a snapshot reader the whole changelog is replayed instead, which is exact as long as
-    it still starts at offset 0.
+    it still starts at offset 0. With a `lake` (union reads), the lake's rows stand in for the KV
+    snapshot wherever the lake has reached: they are the bucket's state at the lake offset.
     """
     partitions = await list_partitions(admin, table, conditions)
     ends, earliest = await asyncio.gather(
@@ -164,6 +188,13 @@ async def plan_kv_ranges(
     for key, end in sorted(ends.items(), key=lambda kv: kv[0].sort_key()):
         name = names.get(key.partition_id)
         snapshot = latest_snapshots.get(key)
+        lake_offset = _lake_offset(lake, key)
+        # As Fluss's union reads: the lake wherever it reached the bucket and the changelog after it
+        # is still there (else the KV snapshot, as without the lake).
+        if lake is not None and lake_offset > 0 and lake_offset >= earliest.get(key, 0):
+            whole = BucketRange(key.partition_id, name, key.bucket, 0, end)
+            ranges.append(with_lake(whole, lake_offset, lake))
+            continue
         if snapshot is not None and snapshots_readable:
             ranges.append(BucketRange(key.partition_id, name, key.bucket, snapshot[1], end, snapshot[0]))
             continue

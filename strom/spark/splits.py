@@ -1,8 +1,9 @@
 """Units of read work and how they are packed into a few Spark partitions.
 
-A `BucketRange` is one bucket's share of a read: an optional KV snapshot (primary-key tables)
-followed by the log records in ``[start, end)``. Spark pays a fixed cost per task (tens of ms on
-two cores), so ranges are bin-packed into a handful of `SplitGroup`s instead of one task each.
+A `BucketRange` is one bucket's share of a read: an optional KV snapshot (primary-key tables) or
+the lake's rows below ``start`` (union reads), followed by the log records in ``[start, end)``.
+Spark pays a fixed cost per task (tens of ms on two cores), so ranges are bin-packed into a
+handful of `SplitGroup`s instead of one task each.
 Each group carries the `ReadSpec` too: ``read()`` runs in an executor and sees nothing else.
 """
 
@@ -26,17 +27,24 @@ class BucketRange:
     end: int
     # Primary-key tables: the KV snapshot to emit before the log range (start is its log offset).
     snapshot_id: int | None = None
+    # Union reads: the lake snapshot whose rows of this bucket cover the offsets below start.
+    lake_snapshot_id: int | None = None
 
     @property
     def records(self) -> int:
         return max(0, self.end - self.start)
 
     @property
+    def lake_records(self) -> int:
+        """How many offsets of this bucket come from the lake (tiering starts at offset 0)."""
+        return self.start if self.lake_snapshot_id is not None else 0
+
+    @property
     def is_empty(self) -> bool:
-        return self.snapshot_id is None and self.end <= self.start
+        return self.snapshot_id is None and self.lake_records == 0 and self.end <= self.start
 
     def weight(self, snapshot_weight: int) -> int:
-        return self.records + (snapshot_weight if self.snapshot_id is not None else 0)
+        return self.records + self.lake_records + (snapshot_weight if self.snapshot_id is not None else 0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,8 @@ class ReadSpec:
     predicate: Predicate | None
     # Spark's output schema as JSON (StructType.json()), so executors rebuild the exact Arrow schema.
     spark_schema_json: str
+    # Union reads: ``datalake.format`` and ``datalake.<format>.*`` of the lake the ranges name.
+    lake: tuple[tuple[str, str], ...] = ()
 
 
 class SplitGroup(InputPartition):

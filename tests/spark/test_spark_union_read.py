@@ -1,0 +1,168 @@
+"""Union reads (`scan.union-read`): rows the tiering service already wrote to the lake come from the
+lake, the rest from Fluss, and together they are exactly what Fluss holds."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import fluss
+import pyarrow as pa
+import pytest
+from fluss_helpers import append, apply_changes, run
+from harness import Cluster
+
+from strom.spark import bridge
+from strom.spark.batch_reader import plan_ranges
+from strom.spark.lake_source import latest_cut
+from strom.spark.options import ConnectionOptions, ReadOptions, SparkOptionError
+
+LOG_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+PK_SCHEMA = pa.schema([("id", pa.int32()), ("balance", pa.float64())])
+BUCKETS = 2
+
+
+def lake_config(base: Path, lake_format: str) -> dict[str, str]:
+    if lake_format == "paimon":
+        return {
+            "datalake.format": "paimon",
+            "datalake.paimon.metastore": "filesystem",
+            "datalake.paimon.warehouse": str(base / "paimon"),
+        }
+    return {
+        "datalake.format": "iceberg",
+        "datalake.iceberg.type": "sql",
+        "datalake.iceberg.uri": f"sqlite:///{base}/iceberg_catalog.db",
+        "datalake.iceberg.warehouse": f"file://{base}/warehouse",
+    }
+
+
+def create_lake_tables(bootstrap: str) -> None:
+    lake = {"table.datalake.enabled": "true", "table.datalake.freshness": "1s"}
+
+    async def body(connection: Any) -> None:
+        admin = connection.get_admin()
+        await admin.create_table(
+            fluss.TablePath("fluss", "events"),
+            fluss.TableDescriptor(fluss.Schema(LOG_SCHEMA), bucket_count=BUCKETS, properties=lake),
+        )
+        await admin.create_table(
+            fluss.TablePath("fluss", "accounts"),
+            fluss.TableDescriptor(
+                fluss.Schema(PK_SCHEMA, primary_keys=["id"]), bucket_count=BUCKETS, properties=lake
+            ),
+        )
+
+    run(bootstrap, body)
+
+
+def start_tiering(cluster: Cluster, config: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "strom", "tiering", "--bootstrap", cluster.bootstrap]
+    args += ["--runner", "local", "--poll-interval", "0.3"]
+    for key, value in config.items():
+        args += ["--config", f"{key}={value}"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+
+def events(ids: range) -> pa.Table:
+    return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"e{i}" for i in ids]})
+
+
+def connection_of(cluster: Cluster, name: str) -> ConnectionOptions:
+    return ConnectionOptions.parse({"bootstrap.servers": cluster.bootstrap, "table": f"fluss.{name}"})
+
+
+def wait_for_lake(config: dict[str, str], cluster: Cluster, names: list[str], timeout: float = 40) -> None:
+    """Until every table has a lake snapshot (a round tiers all of a table's buckets at once)."""
+    lake = tuple(config.items())
+    deadline = time.monotonic() + timeout
+    for name in names:
+        info = bridge.table_info(connection_of(cluster, name))
+        while latest_cut(lake, info) is None:
+            assert time.monotonic() < deadline, f"tiering did not reach {name}"
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("lake_format", ["iceberg", "paimon"])
+def test_union_read_takes_tiered_rows_from_the_lake_and_the_rest_from_fluss(
+    spark: Any, cluster_factory: Any, tmp_path: Path, lake_format: str
+) -> None:
+    config = lake_config(tmp_path / "lake", lake_format)
+    cluster: Cluster = cluster_factory(config=config)
+    create_lake_tables(cluster.bootstrap)
+    balances: dict[int, float] = {}
+
+    def change_accounts(version: int, keys: range, deletes: list[int]) -> None:
+        upserts = [{"id": k, "balance": float(version * 100 + k)} for k in keys]
+        apply_changes(cluster.bootstrap, "accounts", upserts, [{"id": k} for k in deletes])
+        balances.update({r["id"]: r["balance"] for r in upserts})
+        for k in deletes:
+            balances.pop(k, None)
+
+    append(cluster.bootstrap, "events", events(range(0, 200)))
+    change_accounts(1, range(0, 40), [])
+    change_accounts(2, range(0, 40, 3), [5, 7])
+
+    log = tmp_path / "tiering.log"
+    service = start_tiering(cluster, config, log)
+    try:
+        wait_for_lake(config, cluster, ["events", "accounts"])
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
+
+    # After tiering stopped: these live only in Fluss.
+    append(cluster.bootstrap, "events", events(range(200, 300)))
+    change_accounts(3, range(20, 50), [0, 1, 21])
+
+    options = {"bootstrap.servers": cluster.bootstrap, "scan.union-read": "true", **config}
+
+    def read(name: str, **extra: str) -> Any:
+        reader = spark.read.format("fluss")
+        for key, value in {**options, **extra}.items():
+            reader = reader.option(key, value)
+        return reader.load(f"fluss.{name}")
+
+    # The plan: what was tiered comes from the lake (one pinned snapshot), only the rest from Fluss.
+    # accounts: 40 inserts, 14 updates (-U and +U each), 2 deletes.
+    for name, tiered in (("events", 200), ("accounts", 40 + 14 * 2 + 2)):
+        connection = connection_of(cluster, name)
+        ranges = plan_ranges(connection, bridge.table_info(connection), ReadOptions.parse(options))
+        assert sum(r.lake_records for r in ranges) == tiered, ranges
+        assert len({r.lake_snapshot_id for r in ranges if r.lake_records}) == 1, ranges
+        assert sum(r.records for r in ranges) > 0, ranges
+
+    # Log table: every row exactly once; the ones below each bucket's Fluss start came from the lake.
+    rows = read("events", **{"scan.include-metadata": "true"}).collect()
+    assert sorted(r["id"] for r in rows) == list(range(300))
+    connection = connection_of(cluster, "events")
+    plan = plan_ranges(connection, bridge.table_info(connection), ReadOptions.parse(options))
+    starts = {r.bucket: r.start for r in plan}
+    from_lake = [r for r in rows if r["__offset"] < starts[r["__bucket"]]]
+    assert from_lake and all(r["name"] == f"e{r['id']}" for r in from_lake)
+    assert all(r["__timestamp"] is not None for r in from_lake)
+
+    # Primary-key table: the current row of every key (lake state + changelog folded on top).
+    current = {r["id"]: r["balance"] for r in read("accounts").collect()}
+    assert current == balances
+
+    # Without the option the same content comes from Fluss alone.
+    plain = spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap).load("fluss.accounts")
+    assert {r["id"]: r["balance"] for r in plain.collect()} == balances
+
+
+def test_union_read_options() -> None:
+    lake = {"datalake.format": "Iceberg", "datalake.iceberg.uri": "sqlite:///x", "datalake.paimon.x": "y"}
+    parsed = ReadOptions.parse({"scan.union-read": "true", **lake})
+    assert parsed.union_read
+    assert dict(parsed.lake) == {"datalake.format": "iceberg", "datalake.iceberg.uri": "sqlite:///x"}
+    assert ReadOptions.parse(lake).lake == ()
+    with pytest.raises(SparkOptionError, match=r"datalake\.format"):
+        ReadOptions.parse({"scan.union-read": "true"})
+    with pytest.raises(SparkOptionError, match=r"scan\.union-read"):
+        ReadOptions.parse({"scan.union-read": "true", "scan.startup.mode": "latest", **lake})
