@@ -437,7 +437,7 @@ class MetadataService:
             self._partition_metadata(response.partition_metadata, partition)
         return response
 
-    # ---- snapshots (lake tiering and KV snapshots fill these in later issues)
+    # ---- remote storage credentials: local-directory storage needs none, and an empty token says so
 
     async def get_security_token(
         self, request: pb.GetFileSystemSecurityTokenRequest, ctx: object

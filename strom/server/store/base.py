@@ -1,8 +1,8 @@
 """The coordinator's metadata store: the single source of truth for the cluster's metadata.
 
 `MetadataStore` is the interface; `SqliteMetadataStore` is the embedded default (one file under the
-coordinator's data directory). A ZooKeeper implementation plugs in behind the same interface for
-clusters that need more than one coordinator.
+coordinator's data directory). A ZooKeeper implementation, for clusters that need more than one
+coordinator, would plug in behind the same interface; it is not built yet.
 """
 
 from __future__ import annotations
