@@ -56,10 +56,14 @@ class Cluster:
         return self.coordinator.address
 
     def start(self) -> Cluster:
-        self.start_coordinator()
-        for server_id in self.tablet_servers:
-            self.tablet_servers[server_id].start()
-        self.wait_for_tablet_servers()
+        try:
+            self.start_coordinator()
+            for server_id in self.tablet_servers:
+                self.tablet_servers[server_id].start()
+            self.wait_for_tablet_servers()
+        except BaseException:
+            self.stop()  # a cluster that failed to start must not leave processes behind
+            raise
         return self
 
     def start_coordinator(self) -> None:

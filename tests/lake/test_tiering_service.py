@@ -161,16 +161,18 @@ def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
     for kill_delay in (0.0, 0.25, 0.6, 1.2):
         session(cluster, workload.write)
         service = start_tiering(cluster, config, log)
-        # let it commit at least one round, give it new data, then kill it somewhere in the next one
-        rounds = log.read_text().count("tiered fluss.")
-        deadline = time.monotonic() + 30
-        while log.read_text().count("tiered fluss.") == rounds:
-            assert time.monotonic() < deadline, "the tiering service made no progress"
-            time.sleep(0.1)
-        session(cluster, workload.write)
-        time.sleep(kill_delay)
-        service.send_signal(signal.SIGKILL)
-        service.wait()
+        try:
+            # let it commit at least one round, give it new data, then kill it somewhere in the next one
+            rounds = log.read_text().count("tiered fluss.")
+            deadline = time.monotonic() + 30
+            while log.read_text().count("tiered fluss.") == rounds:
+                assert time.monotonic() < deadline, "the tiering service made no progress"
+                time.sleep(0.1)
+            session(cluster, workload.write)
+            time.sleep(kill_delay)
+        finally:
+            service.send_signal(signal.SIGKILL)
+            service.wait()
     session(cluster, workload.write)
     service = start_tiering(cluster, config, log)
     try:
