@@ -297,7 +297,10 @@ def test_tiered_segments_are_read_from_remote_storage(cluster_factory: Any) -> N
         assert time.monotonic() < deadline, "no segments were tiered"
         time.sleep(0.2)
     local_logs = list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))
-    time.sleep(0.5)  # one more task run trims the local copies
+    # the next task run trims the local copies to table.log.tiered.local-segments (1) plus the active one
+    while len(list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))) > 2:
+        assert time.monotonic() < deadline, "local segments were not trimmed after tiering"
+        time.sleep(0.1)
 
     async def read(connection: Any) -> pa.Table:
         offsets = await connection.get_admin().list_offsets(path, [0], fluss.OffsetSpec.earliest())
