@@ -413,5 +413,11 @@ def local(
     os._exit(0)
 
 
+def _register_commands() -> None:
+    """Adds the administrative commands of `strom.commands` to `main`; each module adds one line here."""
+
+
+_register_commands()
+
 if __name__ == "__main__":
     main()
