@@ -64,6 +64,8 @@ class ApiKey(enum.IntEnum):
     # Numbered far from Fluss's range so they can never collide with a future Fluss key.
     REGISTER_TABLET_SERVER = 9001
     TABLET_SERVER_HEARTBEAT = 9002
+    # Strom-only: KIP-101 truncation by leader epoch (Fluss followers truncate to their high watermark).
+    OFFSET_FOR_LEADER_EPOCH = 9003
 
 
 # Version ranges that differ from 0..0 (Fluss `ApiKeys`; the Rust client has the same ranges).
@@ -79,7 +81,11 @@ _MESSAGE_STEMS: dict[ApiKey, str] = {
     ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: "GetFileSystemSecurityToken",
 }
 
-_INTERNAL_KEYS = {ApiKey.REGISTER_TABLET_SERVER, ApiKey.TABLET_SERVER_HEARTBEAT}
+_INTERNAL_KEYS = {
+    ApiKey.REGISTER_TABLET_SERVER,
+    ApiKey.TABLET_SERVER_HEARTBEAT,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+}
 
 
 @dataclass(frozen=True, slots=True)

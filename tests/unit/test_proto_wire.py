@@ -296,6 +296,7 @@ def test_strom_internal_messages() -> None:
         "host": 2,
         "port": 3,
         "rack": 4,
+        "incarnation": 5,
     }
     assert field_numbers(internal_pb.RegisterTabletServerResponse.DESCRIPTOR) == {
         "coordinator_epoch": 1,
@@ -308,6 +309,14 @@ def test_strom_internal_messages() -> None:
     }
     reply = internal_pb.TabletServerHeartbeatResponse(session_valid=True)
     assert reply.SerializeToString() == b"\x08\x01"
+    assert field_numbers(internal_pb.PbOffsetForLeaderEpochReqForBucket.DESCRIPTOR) == {
+        "table_id": 1,
+        "partition_id": 2,
+        "bucket_id": 3,
+        "current_leader_epoch": 4,
+        "leader_epoch": 5,
+    }
+    assert field_numbers(internal_pb.PbOffsetForLeaderEpochRespForBucket.DESCRIPTOR)["epoch_entries"] == 8
     assert internal_pb.DESCRIPTOR.package == "strom.internal"
 
 

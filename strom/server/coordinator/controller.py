@@ -26,6 +26,7 @@ from strom.server.store.base import BucketAssignment, MetadataStore
 log = logging.getLogger(__name__)
 
 NOTIFY_TIMEOUT = 10.0
+LEADERS_FIRST_TIMEOUT = 1.0
 
 
 def assign_replicas(
@@ -125,7 +126,15 @@ class Controller:
                 )
                 entry.physical_table_path.CopyFrom(path)
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
-        await asyncio.gather(*(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items()))
+        # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
+        # usually find it already leading; a leader that does not answer in time does not hold them up.
+        leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
+        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
+        if first:
+            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+        await asyncio.gather(
+            *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
+        )
 
     async def stop_replicas(self, assignments: Iterable[BucketAssignment], delete: bool) -> None:
         by_server: dict[int, pb.StopReplicaRequest] = defaultdict(
@@ -176,10 +185,14 @@ class Controller:
         await self.broadcast_servers()
         await self.notify_leadership(hosted)
 
-    async def on_servers_dead(self, server_ids: set[int]) -> None:
-        """Move leadership away from dead servers to live ISR members (or leave the bucket offline)."""
+    async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
+        """Move leadership away from dead servers to live ISR members (or leave the bucket offline).
+
+        `still_registered`: the ids are registered again already (restarted processes), so they get
+        the new leadership too, as followers.
+        """
         async with self._lock:
-            live = set(self.membership.servers)
+            live = set(self.membership.servers) - server_ids
             changed: list[BucketAssignment] = []
             for a in self.store.list_buckets():
                 if a.leader not in server_ids:
@@ -219,7 +232,8 @@ class Controller:
             if changed:
                 self.store.put_buckets(changed)
                 log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
-        await self.broadcast_servers()
+        if not still_registered:
+            await self.broadcast_servers()
         await self.notify_leadership(changed)
 
     async def adjust_isr(self, request: pb.AdjustIsrRequest, ctx: object) -> pb.AdjustIsrResponse:

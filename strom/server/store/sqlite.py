@@ -88,7 +88,8 @@ class SqliteMetadataStore(MetadataStore):
             return value
 
     def bump_coordinator_epoch(self) -> int:
-        return self.next_id("coordinator_epoch")
+        # epochs start at 1: a request without one reads as Fluss's initial epoch 0, always stale
+        return self.next_id("coordinator_epoch") + 1
 
     # databases
 

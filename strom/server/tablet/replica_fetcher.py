@@ -1,6 +1,12 @@
 """Follower replication: one fetch loop per leader server, pulling the buckets this server follows with
 the ordinary FetchLog API (carrying our server id), appending what arrives as a follower and adopting
-the leader's high watermark."""
+the leader's high watermark.
+
+In a new leader term a follower first truncates by leader epoch (KIP-101): it asks the leader where
+its own latest epoch ends (OffsetForLeaderEpoch, Strom-only key 9003), cuts its log there (never below
+what the leader has) and copies the leader's epoch entries as the data they describe arrives. Only a
+log without epoch entries (written before Strom kept them) falls back to its high watermark.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +21,15 @@ from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.tablet.log.leader_epoch import UNDEFINED, EpochEntry
 from strom.server.tablet.replica_manager import Replica
 
 log = logging.getLogger(__name__)
 
 _OFFSET_OUT_OF_RANGE = 19
+# A new leader may not have taken over yet when its followers ask it where to truncate: ask again soon.
+TRUNCATION_RETRY = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +92,23 @@ class ReplicaFetcherManager:
             if address is None:
                 await asyncio.sleep(self.settings.backoff)
                 continue
+            truncating = {b: r for b, r in buckets.items() if r.needs_truncation}
+            if truncating:
+                try:
+                    await self._truncate(address, truncating)
+                except FlussError as e:
+                    log.debug("OffsetForLeaderEpoch to leader %d failed: %s", leader, e)
+                buckets = {b: r for b, r in buckets.items() if not r.needs_truncation}
+                if not buckets:
+                    await asyncio.sleep(TRUNCATION_RETRY)
+                    continue
+            # while some bucket still waits to truncate, do not long-poll: ask again right after
+            max_wait_ms = 0 if any(r.needs_truncation for r in truncating.values()) else None
             try:
                 response = await self.pool.request(
                     *address,
                     ApiKey.FETCH_LOG,
-                    self._request(buckets),
+                    self._request(buckets, max_wait_ms),
                     timeout=self.settings.max_wait_ms / 1000 + 30,
                 )
             except FlussError as e:
@@ -97,10 +119,70 @@ class ReplicaFetcherManager:
             if errors:
                 await asyncio.sleep(self.settings.backoff)
 
-    def _request(self, buckets: dict[TableBucket, Replica]) -> pb.FetchLogRequest:
+    async def _truncate(self, address: tuple[str, int], buckets: dict[TableBucket, Replica]) -> None:
+        """Truncate each bucket to where the leader's log and ours agree (KIP-101 / KIP-279)."""
+        request = internal.OffsetForLeaderEpochRequest(follower_server_id=self.server_id)
+        for bucket, replica in buckets.items():
+            entry = request.buckets.add(
+                table_id=bucket.table_id,
+                bucket_id=bucket.bucket,
+                current_leader_epoch=replica.leader_epoch,
+                leader_epoch=replica.log_tablet().leader_epochs.latest_epoch,
+            )
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        response = await self.pool.request(*address, ApiKey.OFFSET_FOR_LEADER_EPOCH, request, timeout=10)
+        for result in response.buckets:
+            partition = result.partition_id if result.HasField("partition_id") else None
+            replica = buckets.get(TableBucket(result.table_id, partition, result.bucket_id))
+            if replica is None or replica.log is None or not replica.needs_truncation:
+                continue
+            if result.HasField("error_code") and result.error_code != 0:
+                log.debug("OffsetForLeaderEpoch of %s: %s", replica.bucket, result.error_message)
+                continue
+            leader_entries = [EpochEntry(e.epoch, e.start_offset) for e in result.epoch_entries]
+            self._truncate_one(replica, result.leader_epoch, result.end_offset, leader_entries)
+
+    @staticmethod
+    def _truncate_one(
+        replica: Replica, leader_epoch: int, leader_end: int, leader_entries: list[EpochEntry]
+    ) -> None:
+        tablet = replica.log_tablet()
+        epochs = tablet.leader_epochs
+        end = tablet.log_end_offset
+        done = True
+        if epochs.latest_epoch == UNDEFINED or leader_end == UNDEFINED:
+            # no epochs on one side (a log written before Strom kept them): the old rule
+            target = min(tablet.high_watermark, end)
+            how = "its high watermark (no leader epochs known)"
+        else:
+            follower_epoch, follower_end = epochs.end_offset_for(leader_epoch, end)
+            if follower_epoch == leader_epoch:
+                target = min(leader_end, follower_end, end)
+                how = f"the end of epoch {leader_epoch} on the leader"
+            else:
+                # we never had the leader's epoch: cut back to the end of our last epoch below it, and ask
+                # again with that one (KIP-279)
+                target = min(follower_end, end)
+                how = f"the end of its own epoch {follower_epoch}, below the leader's epoch {leader_epoch}"
+                done = False
+        if target < end:
+            log.warning("%s truncates from %d to %d: %s", replica.bucket, end, target, how)
+            tablet.truncate_to(target)
+        if done:
+            replica.needs_truncation = False
+            replica.pending_epochs = leader_entries
+            replica.adopt_leader_epochs()
+
+    def _request(
+        self, buckets: dict[TableBucket, Replica], max_wait_ms: int | None = None
+    ) -> pb.FetchLogRequest:
         s = self.settings
         request = pb.FetchLogRequest(
-            follower_server_id=self.server_id, max_bytes=s.max_bytes, max_wait_ms=s.max_wait_ms, min_bytes=1
+            follower_server_id=self.server_id,
+            max_bytes=s.max_bytes,
+            max_wait_ms=s.max_wait_ms if max_wait_ms is None else max_wait_ms,
+            min_bytes=1,
         )
         by_table: dict[int, pb.PbFetchLogReqForTable] = {}
         for bucket, replica in buckets.items():
@@ -141,6 +223,7 @@ class ReplicaFetcherManager:
                 try:
                     if result.HasField("records") and result.records:
                         tablet.append_as_follower(result.records)
+                        replica.adopt_leader_epochs()
                         replica.notify_appended()
                     if result.HasField("high_watermark"):
                         high_watermark = min(result.high_watermark, tablet.log_end_offset)
@@ -162,10 +245,6 @@ class ReplicaFetcherManager:
                 "%s fell behind the leader's log start %d: starting over there", replica.bucket, leader_start
             )
             tablet.truncate_fully_and_start_at(leader_start)
-        elif tablet.log_end_offset > tablet.high_watermark:
-            log.warning(
-                "%s is ahead of its leader: truncating to the high watermark %d",
-                replica.bucket,
-                tablet.high_watermark,
-            )
-            tablet.truncate_to(tablet.high_watermark)
+        else:
+            log.warning("%s is ahead of its leader: truncating by leader epoch again", replica.bucket)
+            replica.needs_truncation = True

@@ -14,9 +14,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from strom.common.errors import LogStorageError, NotLeaderOrFollowerError, UnknownTableOrBucketError
+from strom.common.errors import (
+    FencedLeaderEpochError,
+    LogStorageError,
+    NotLeaderOrFollowerError,
+    UnknownTableOrBucketError,
+)
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
+from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
 
@@ -61,6 +67,10 @@ class Replica:
     hw_waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
     # limits a candidate high watermark to what dependent state (RocksDB of a PK table) already holds
     hw_clamp: Callable[[int], int] | None = None
+    # follower side of a new leader term: truncate by leader epoch (OffsetForLeaderEpoch) before fetching
+    needs_truncation: bool = False
+    # the leader's epoch entries not yet covered by this follower's log (copied as the data arrives)
+    pending_epochs: list[EpochEntry] = field(default_factory=list)
     _arrow_schema: pa.Schema | None = None
 
     def is_leader(self, server_id: int) -> bool:
@@ -129,6 +139,13 @@ class Replica:
         isr.add(self.local_id)
         new = tuple(r for r in self.replicas if r in isr)
         return None if set(new) == set(self.isr) else new
+
+    def adopt_leader_epochs(self) -> None:
+        """Copy the leader's epoch entries whose first offset this follower's log now holds."""
+        tablet = self.log_tablet()
+        while self.pending_epochs and self.pending_epochs[0].start_offset < tablet.log_end_offset:
+            entry = self.pending_epochs.pop(0)
+            tablet.leader_epochs.assign(entry.epoch, entry.start_offset)
 
     def log_tablet(self) -> LogTablet:
         if self.log is None:
@@ -204,6 +221,10 @@ class ReplicaManager:
         isr: tuple[int, ...],
         bucket_epoch: int,
     ) -> Replica:
+        if self.server_id not in replicas:
+            raise UnknownTableOrBucketError(
+                f"server {self.server_id} is not in the replica list {list(replicas)} of {bucket}"
+            )
         replica = self.replicas.get(bucket)
         if replica is None:
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
@@ -226,10 +247,14 @@ class ReplicaManager:
             replica.log = LogTablet.open(directory / "log", self.log_config(table_info))
             self.replicas[bucket] = replica
         elif leader_epoch < replica.leader_epoch:
-            log.info(
-                "ignoring stale leadership for %s (epoch %d < %d)", bucket, leader_epoch, replica.leader_epoch
+            raise FencedLeaderEpochError(
+                f"leader epoch {leader_epoch} for {bucket} is older than the current leader epoch "
+                f"{replica.leader_epoch}"
             )
-            return replica
+        elif leader_epoch == replica.leader_epoch and leader != replica.leader:
+            raise FencedLeaderEpochError(
+                f"leader epoch {leader_epoch} of {bucket} belongs to leader {replica.leader}, not {leader}"
+            )
         was_leader = replica.leader == self.server_id
         new_term = leader_epoch > replica.leader_epoch
         replica.local_id = self.server_id
@@ -242,22 +267,35 @@ class ReplicaManager:
             if new_term or not was_leader:
                 # every follower starts unknown; the high watermark moves once they fetch
                 replica.followers = {r: FollowerState() for r in replicas if r != self.server_id}
+                replica.needs_truncation = False
+                replica.pending_epochs = []
+            tablet = replica.log_tablet()
+            tablet.leader_epochs.assign(leader_epoch, tablet.log_end_offset)
             # A sole in-sync leader has committed everything in its log, so after a crash it also
             # recovers a high watermark that its checkpoint may have left behind.
             replica.maybe_advance_high_watermark()
             self.on_leader(replica)
         else:
-            if new_term and replica.log is not None:
-                # Drop what this replica wrote beyond what it knew was committed: the new leader's log
-                # decides (the follower fetches it again).
-                tablet = replica.log
-                if tablet.log_end_offset > tablet.high_watermark:
-                    tablet.truncate_to(tablet.high_watermark)
+            if new_term:
+                # What this replica wrote beyond the new leader's log goes before it fetches: the fetcher
+                # asks the leader where this replica's last epoch ends (KIP-101), see replica_fetcher.py.
+                replica.needs_truncation = True
+                replica.pending_epochs = []
             replica.followers = {}
             self.on_follower(replica)
         return replica
 
-    def stop_replica(self, bucket: TableBucket, delete: bool) -> Replica | None:
+    def stop_replica(
+        self, bucket: TableBucket, delete: bool, leader_epoch: int | None = None
+    ) -> Replica | None:
+        """Close (and with `delete` remove) a replica. A request from an older leader epoch than this
+        replica's is refused: it was decided before the leadership this replica has now."""
+        current = self.replicas.get(bucket)
+        if current is not None and leader_epoch is not None and leader_epoch < current.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"leader epoch {leader_epoch} in the stop request for {bucket} is older than its current "
+                f"leader epoch {current.leader_epoch}"
+            )
         replica = self.replicas.pop(bucket, None)
         if replica is not None:
             self.on_stopped(replica)

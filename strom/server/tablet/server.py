@@ -1,14 +1,17 @@
 """The tablet server: hosts bucket replicas and serves reads and writes for the buckets it leads.
 
 It registers with the coordinator and heartbeats it (Strom's embedded stand-in for ZooKeeper sessions),
-takes leadership from NotifyLeaderAndIsr, and answers Metadata and the read-only admin calls by asking
-the coordinator, which owns the metadata.
+or with `zookeeper.address` registers an ephemeral znode and follows the active coordinator there
+(`zk_registration.py`). It takes leadership from NotifyLeaderAndIsr (fenced by coordinator epoch and
+leader epoch), and answers Metadata and the read-only admin calls by asking the coordinator, which owns
+the metadata.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.errors import FlussError
+from strom.common.errors import FlussError, LeaderNotAvailableError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
@@ -26,9 +29,11 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
+from strom.server.tablet.leader_epoch_service import LeaderEpochService
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
@@ -62,14 +67,16 @@ class TabletServer:
         host: str,
         port: int,
         data_dir: Path,
-        coordinator: tuple[str, int],
+        coordinator: tuple[str, int] | None,
         config: dict[str, str],
     ) -> None:
         self.server_id = server_id
         self.host = host
         self.data_dir = data_dir
+        # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
+        self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
         self.live_servers: dict[int, tuple[str, int]] = {}
         self.pool = ConnectionPool()
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
@@ -113,16 +120,21 @@ class TabletServer:
         self.replica_manager.on_stopped = self._on_stopped
         self._table_infos: dict[int, TableInfo] = {}
         self.session_id: int | None = None
-        self.coordinator_epoch = -1
+        self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
+        self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
+        self.leader_epochs = LeaderEpochService(self.replica_manager)
         handlers: dict[ApiKey, Handler] = {key: self._forward for key in FORWARDED_TO_COORDINATOR}
         handlers.update(
             {
                 ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: self._get_security_token,
-                ApiKey.NOTIFY_LEADER_AND_ISR: self._notify_leader_and_isr,
-                ApiKey.STOP_REPLICA: self._stop_replica,
-                ApiKey.UPDATE_METADATA: self._update_metadata,
+                # requests only the active coordinator may send: refused from a replaced one
+                ApiKey.NOTIFY_LEADER_AND_ISR: self.fence.guard(self._notify_leader_and_isr),
+                ApiKey.STOP_REPLICA: self.fence.guard(self._stop_replica),
+                ApiKey.UPDATE_METADATA: self.fence.guard(self._update_metadata),
+                ApiKey.NOTIFY_LAKE_TABLE_OFFSET: self.fence.guard(self._notify_lake_table_offset),
+                ApiKey.OFFSET_FOR_LEADER_EPOCH: self.leader_epochs.offset_for_leader_epoch,
                 ApiKey.INIT_WRITER: self.log_service.init_writer,
                 ApiKey.PRODUCE_LOG: self.log_service.produce_log,
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
@@ -131,7 +143,6 @@ class TabletServer:
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
-                ApiKey.NOTIFY_LAKE_TABLE_OFFSET: self._notify_lake_table_offset,
             }
         )
         self.rpc = RpcServer(
@@ -147,10 +158,20 @@ class TabletServer:
     def port(self) -> int:
         return self.rpc.port
 
+    @property
+    def coordinator_epoch(self) -> int:
+        return self.fence.epoch
+
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.rpc.start()
-        self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
+        if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is not None:
+            from strom.server.tablet.zk_registration import ZooKeeperRegistration
+
+            self.zookeeper = ZooKeeperRegistration(self)
+            await self.zookeeper.start()
+        else:
+            self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
         self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
         self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
         if self.remote_logs is not None:
@@ -165,6 +186,8 @@ class TabletServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.zookeeper is not None:
+            await self.zookeeper.stop()
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
@@ -174,7 +197,20 @@ class TabletServer:
     # ---- membership
 
     async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+        if self.coordinator is None:
+            raise LeaderNotAvailableError("no coordinator is active at the moment; retry shortly")
         return await self.pool.request(*self.coordinator, key, message, timeout=timeout)
+
+    async def _cluster_coordinator_epoch(self) -> int:
+        """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
+        if self.zookeeper is not None:
+            return await self.zookeeper.coordinator_epoch()  # type: ignore[no-any-return]
+        response = await self._coordinator_request(
+            ApiKey.TABLET_SERVER_HEARTBEAT,
+            internal.TabletServerHeartbeatRequest(server_id=self.server_id, session_id=self.session_id or 0),
+            timeout=5,
+        )
+        return response.coordinator_epoch if response.HasField("coordinator_epoch") else -1
 
     async def _membership_loop(self) -> None:
         interval = self.config.get(options.TABLET_SERVER_HEARTBEAT_INTERVAL).total_seconds()
@@ -184,17 +220,20 @@ class TabletServer:
                     response = await self._coordinator_request(
                         ApiKey.REGISTER_TABLET_SERVER,
                         internal.RegisterTabletServerRequest(
-                            server_id=self.server_id, host=self.host, port=self.port
+                            server_id=self.server_id,
+                            host=self.host,
+                            port=self.port,
+                            incarnation=self.incarnation,
                         ),
                         timeout=10,
                     )
                     self.session_id = response.session_id
-                    self.coordinator_epoch = response.coordinator_epoch
+                    self.fence.observe(response.coordinator_epoch)
                     self._registered.set()
                     log.info(
                         "registered with the coordinator (session %d, epoch %d)",
                         self.session_id,
-                        self.coordinator_epoch,
+                        response.coordinator_epoch,
                     )
                 else:
                     response = await self._coordinator_request(
@@ -204,6 +243,8 @@ class TabletServer:
                         ),
                         timeout=10,
                     )
+                    if response.HasField("coordinator_epoch"):
+                        self.fence.observe(response.coordinator_epoch)
                     if not response.session_valid:
                         log.warning("coordinator expired our session; registering again")
                         self.session_id = None
@@ -407,8 +448,8 @@ class TabletServer:
     async def _update_metadata(self, request: pb.UpdateMetadataRequest, ctx: RequestContext) -> Message:
         self.live_servers.clear()
         self.live_servers.update({s.node_id: (s.host, s.port) for s in request.tablet_servers})
-        if request.HasField("coordinator_epoch"):
-            self.coordinator_epoch = max(self.coordinator_epoch, request.coordinator_epoch)
+        if self.zookeeper is not None and request.HasField("coordinator_server"):
+            self.coordinator = (request.coordinator_server.host, request.coordinator_server.port)
         return pb.UpdateMetadataResponse()
 
     async def _notify_leader_and_isr(
@@ -457,12 +498,19 @@ class TabletServer:
         response = pb.StopReplicaResponse()
         for entry in request.stop_replicas_req:
             bucket = TableBucket.from_pb(entry.table_bucket)
-            replica = self.replica_manager.stop_replica(bucket, delete=entry.delete)
+            result = response.stop_replicas_resp.add()
+            result.table_bucket.CopyFrom(entry.table_bucket)
+            try:
+                replica = self.replica_manager.stop_replica(
+                    bucket, delete=entry.delete, leader_epoch=entry.leader_epoch
+                )
+            except FlussError as e:
+                result.error_code = e.code
+                result.error_message = e.message
+                continue
             if replica is not None and entry.delete and replica.table_info.has_primary_key:
                 loop = asyncio.get_running_loop()
                 loop.run_in_executor(None, self.kv_manager.delete_snapshots, replica)
-            result = response.stop_replicas_resp.add()
-            result.table_bucket.CopyFrom(entry.table_bucket)
         return response
 
 

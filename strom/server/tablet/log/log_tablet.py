@@ -40,6 +40,7 @@ from strom.record.log_batch import (
 )
 from strom.server.tablet.log.background_flush import submit_fsync
 from strom.server.tablet.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from strom.server.tablet.log.leader_epoch import LeaderEpochCache
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.segment import (
     INDEX_SUFFIX,
@@ -125,6 +126,8 @@ class LogTablet:
         self._pending_flushes: list[tuple[int, int, Future[None]]] = []
         self._generation = 0
         self._closed = False
+        # which leader term wrote which offsets (KIP-101); truncation after a leader change uses it
+        self.leader_epochs = LeaderEpochCache.load(directory)
 
     # ---- opening and recovery --------------------------------------------------------------
 
@@ -156,6 +159,8 @@ class LogTablet:
         tablet.log_start_offset = min(max(start_checkpoint or 0, first_base), leo)
         tablet.high_watermark = min(max(hw_checkpoint or 0, tablet.log_start_offset), leo)
         tablet.recovery_point = leo if clean else min(recovery_point, leo)
+        tablet.leader_epochs.truncate_from_end(leo)  # epochs of a cut tail are gone with it
+        tablet.leader_epochs.truncate_from_start(tablet.log_start_offset)
         tablet._rebuild_writer_state(leo)
         writers.delete_snapshots_below(first_base)
         writers.take_snapshot()
@@ -548,6 +553,7 @@ class LogTablet:
         self.recovery_point = min(self.recovery_point, leo)
         self.high_watermark = min(self.high_watermark, leo)
         self.log_start_offset = min(self.log_start_offset, leo)
+        self.leader_epochs.truncate_from_end(leo)
         self._rebuild_writer_state(leo)
         self._write_checkpoints(sync=False)
         return True
@@ -565,6 +571,7 @@ class LogTablet:
         self._add_segment(LogSegment.create(self.directory, offset, self.config))
         self.log_start_offset = self.high_watermark = self.recovery_point = offset
         self._max_timestamp = -1
+        self.leader_epochs.clear()
         self._writers.truncate_fully_and_start_at(offset)
         self._write_checkpoints(sync=False)
 
@@ -631,6 +638,7 @@ class LogTablet:
             segment.delete()
         first_base = self._segments[0].base_offset
         self.log_start_offset = max(self.log_start_offset, first_base)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
         self._writers.delete_snapshots_below(first_base)
 
     def remove_expired_writers(self, now_ms: int) -> int:

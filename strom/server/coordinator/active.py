@@ -1,0 +1,203 @@
+"""The active coordinator: everything a coordinator does while it owns the metadata.
+
+One exists per coordinator process while that process is the active one (always, in the embedded mode;
+after winning the election, with ZooKeeper). It bumps the coordinator epoch, loads its state from the
+metadata store, tracks tablet servers, decides bucket leadership and serves the coordinator APIs.
+Losing the election throws it away; winning again builds a fresh one from the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from strom.common import config as options
+from strom.common.config import Configuration
+from strom.common.table_descriptor import TableInfo
+from strom.rpc.api import ApiKey
+from strom.rpc.client import ConnectionPool
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import Handler
+from strom.server.coordinator.auto_partition import AutoPartitionManager
+from strom.server.coordinator.controller import Controller
+from strom.server.coordinator.failure_detector import FailureDetector
+from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
+from strom.server.coordinator.lake_service import LakeService
+from strom.server.coordinator.lake_tiering import LakeTieringManager
+from strom.server.coordinator.liveness import Liveness
+from strom.server.coordinator.membership import LiveServer, Membership
+from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.remote_log_service import RemoteLogService
+from strom.server.store.base import MetadataStore, TableRecord
+
+log = logging.getLogger(__name__)
+
+# Every API the coordinator serves, and which part of the active coordinator answers it. A standby
+# coordinator advertises the same keys and forwards them to the active one.
+HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
+    ApiKey.CREATE_DATABASE: lambda c: c.metadata.create_database,
+    ApiKey.DROP_DATABASE: lambda c: c.metadata.drop_database,
+    ApiKey.LIST_DATABASES: lambda c: c.metadata.list_databases,
+    ApiKey.DATABASE_EXISTS: lambda c: c.metadata.database_exists,
+    ApiKey.GET_DATABASE_INFO: lambda c: c.metadata.get_database_info,
+    ApiKey.CREATE_TABLE: lambda c: c.metadata.create_table,
+    ApiKey.DROP_TABLE: lambda c: c.metadata.drop_table,
+    ApiKey.GET_TABLE_INFO: lambda c: c.metadata.get_table_info,
+    ApiKey.LIST_TABLES: lambda c: c.metadata.list_tables,
+    ApiKey.TABLE_EXISTS: lambda c: c.metadata.table_exists,
+    ApiKey.GET_TABLE_SCHEMA: lambda c: c.metadata.get_table_schema,
+    ApiKey.LIST_PARTITION_INFOS: lambda c: c.metadata.list_partition_infos,
+    ApiKey.CREATE_PARTITION: lambda c: c.metadata.create_partition,
+    ApiKey.DROP_PARTITION: lambda c: c.metadata.drop_partition,
+    ApiKey.GET_METADATA: lambda c: c.metadata.metadata,
+    ApiKey.GET_LAKE_SNAPSHOT: lambda c: c.lake.get_lake_snapshot,
+    ApiKey.LAKE_TIERING_HEARTBEAT: lambda c: c.lake.heartbeat,
+    ApiKey.PREPARE_LAKE_TABLE_SNAPSHOT: lambda c: c.lake.prepare_snapshot,
+    ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT: lambda c: c.lake.commit_snapshot,
+    ApiKey.GET_LATEST_KV_SNAPSHOTS: lambda c: c.kv_snapshots.get_latest,
+    ApiKey.GET_KV_SNAPSHOT_METADATA: lambda c: c.kv_snapshots.get_metadata,
+    ApiKey.LIST_KV_SNAPSHOTS: lambda c: c.kv_snapshots.list,
+    ApiKey.COMMIT_KV_SNAPSHOT: lambda c: c.kv_snapshots.commit,
+    ApiKey.COMMIT_REMOTE_LOG_MANIFEST: lambda c: c.remote_logs.commit,
+    ApiKey.LIST_REMOTE_LOG_MANIFESTS: lambda c: c.remote_logs.list,
+    ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: lambda c: c.metadata.get_security_token,
+    ApiKey.ADJUST_ISR: lambda c: c.controller.adjust_isr,
+    ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
+    ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
+}
+
+
+class ActiveCoordinator:
+    def __init__(
+        self,
+        *,
+        store: MetadataStore,
+        config: Configuration,
+        node: pb.PbServerNode,
+        data_dir: Path,
+        pool: ConnectionPool,
+        liveness: Callable[[ActiveCoordinator], Liveness],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.node = node
+        self.pool = pool
+        self.coordinator_epoch = store.bump_coordinator_epoch()
+        self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
+        self.controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
+        self.failure_detector = FailureDetector(self._confirmed_dead)
+        self.liveness = liveness(self)
+        self.metadata = MetadataService(store, self.config, self.membership, self.controller, node)
+        self.metadata.ensure_default_database()
+        self.auto_partitions = AutoPartitionManager(self.metadata)
+        self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
+        self.lake = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
+        self.metadata.on_table_created = self._table_created
+        if self.config.get_optional(options.DATALAKE_FORMAT) is not None:
+            self.metadata.create_lake_table = self._create_lake_table
+        self.kv_snapshots = KvSnapshotService(store, self.config)
+        self.remote_logs = RemoteLogService(store)
+        self.metadata.on_table_dropped = self._table_dropped
+        self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Take over: learn the live tablet servers, tell them this coordinator's epoch and the current
+        leadership, and move leadership off servers that are gone."""
+        await self.liveness.start()
+        for server in list(self.membership.servers.values()):
+            self.failure_detector.watch(server)
+        await self.controller.broadcast_servers()
+        await self.controller.notify_leadership(self.store.list_buckets())
+        self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
+        self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
+        self.lake.load_tables()
+        self._tasks.append(asyncio.create_task(self._tiering_expiry_loop(), name="tiering-expiry"))
+        log.info(
+            "coordinator active (epoch %d) on %s:%d with tablet servers %s",
+            self.coordinator_epoch,
+            self.node.host,
+            self.node.port,
+            self.membership.live_ids(),
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.liveness.stop()
+        await self.failure_detector.close()
+
+    # ---- tablet servers coming and going (called by the liveness source and the failure detector)
+
+    async def server_registered(self, server: LiveServer, restarted: bool) -> None:
+        log.info(
+            "tablet server %d registered at %s:%d%s",
+            server.server_id,
+            server.host,
+            server.port,
+            " (restarted)" if restarted else "",
+        )
+        if restarted:
+            # A new process of a known id lost whatever its predecessor led: move that first.
+            await self.controller.on_servers_dead({server.server_id}, still_registered=True)
+        self.failure_detector.watch(server)
+        await self.controller.on_server_registered(server.server_id)
+
+    async def servers_dead(self, server_ids: set[int]) -> None:
+        for server_id in server_ids:
+            self.failure_detector.unwatch(server_id)
+        await self.liveness.forget(server_ids)
+        await self.controller.on_servers_dead(server_ids)
+
+    async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
+        if self.membership.remove(server_id, session_id) is not None:
+            await self.servers_dead({server_id})
+
+    async def _startup_grace(self) -> None:
+        """Leaders recorded for servers that are not live once their sessions could have expired
+        (servers that never came back after a restart of the whole cluster) are moved elsewhere."""
+        await asyncio.sleep(self.liveness.grace_period())
+        recorded = {b.leader for b in self.store.list_buckets() if b.leader is not None}
+        missing = recorded - set(self.membership.servers)
+        if missing:
+            log.warning("tablet servers %s did not come back", sorted(missing))
+            await self.controller.on_servers_dead(missing)
+
+    # ---- background chores
+
+    async def _auto_partition_loop(self) -> None:
+        interval = self.config.get(options.AUTO_PARTITION_CHECK_INTERVAL).total_seconds()
+        # give tablet servers time to register before creating partitions that need replicas
+        await asyncio.sleep(min(interval, self.membership.session_timeout))
+        while True:
+            await self.auto_partitions.check_all()
+            await asyncio.sleep(interval)
+
+    async def _tiering_expiry_loop(self) -> None:
+        """Fences tiering jobs that stopped heartbeating (Fluss checks every 15 s)."""
+        while True:
+            await asyncio.sleep(min(15.0, max(0.2, self.tiering.job_timeout / 4)))
+            self.tiering.expire_silent_jobs()
+
+    # ---- table lifecycle hooks
+
+    async def _table_created(self, record: TableRecord) -> None:
+        self.lake.on_table_created(record)
+        await self.auto_partitions.check_table(record)
+
+    def _table_dropped(self, table_id: int) -> None:
+        self.lake.on_table_dropped(table_id)
+        self.kv_snapshots.drop_table(table_id)
+        self.remote_logs.drop_table(table_id)
+
+    async def _create_lake_table(self, info: TableInfo) -> None:
+        """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""
+        from strom.lake import lake_storage_from_config
+
+        storage = lake_storage_from_config(dict(self.config))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: storage.catalog().create_table(info))
+        log.info("created lake table for %s", info.table_path)

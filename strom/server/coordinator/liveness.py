@@ -1,0 +1,40 @@
+"""Where the active coordinator learns which tablet servers are live: the interface.
+
+`EmbeddedLiveness` (registration and heartbeat RPCs, sessions that time out) and `ZooKeeperLiveness`
+(ephemeral znodes under /tabletservers/ids) both fill the coordinator's `Membership` and report
+registrations and deaths to the active coordinator. The failure detector reports deaths too, faster.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.rpc.server import RequestContext
+
+
+class Liveness(ABC):
+    @abstractmethod
+    async def start(self) -> None:
+        """Fill the membership with the servers that are live now (before the coordinator serves)."""
+
+    @abstractmethod
+    async def stop(self) -> None: ...
+
+    @abstractmethod
+    async def forget(self, server_ids: set[int]) -> None:
+        """These servers are dead (their sessions are gone from the membership already)."""
+
+    @abstractmethod
+    def grace_period(self) -> float:
+        """How long a server recorded as a leader may take to show up after the coordinator starts."""
+
+    @abstractmethod
+    async def register(
+        self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
+    ) -> internal.RegisterTabletServerResponse: ...
+
+    @abstractmethod
+    async def heartbeat(
+        self, request: internal.TabletServerHeartbeatRequest, ctx: RequestContext
+    ) -> internal.TabletServerHeartbeatResponse: ...
