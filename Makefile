@@ -1,22 +1,26 @@
 # From a fresh clone: `make run` starts a local cluster, `make test` runs the whole test suite.
-# Both create .venv and install the project into it first.
+# Both create .venv and install the project into it first; `make test` (and `make run` with
+# ARGS=--zookeeper) also installs Debian's zookeeper package when it is missing.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint proto bench clean
+.PHONY: run test lint proto bench clean zookeeper
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)
+zookeeper:
+	scripts/install_zookeeper.sh
+
+run: $(STAMP) $(if $(findstring --zookeeper,$(ARGS)),zookeeper)
 	$(BIN)/strom local $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) zookeeper
 	$(BIN)/ruff check strom tests scripts bench
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -15,7 +14,6 @@ from typing import Any
 import click
 
 from strom.server.launcher import (
-    COORDINATOR,
     TABLET_SERVER,
     TIERING,
     ServerProcess,
@@ -125,7 +123,12 @@ def coordinator(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=0, show_default=True, type=int, help="0 picks a free port.")
 @click.option("--data-dir", required=True, type=click.Path(path_type=Path))
-@click.option("--coordinator", "coordinator_address", required=True, metavar="HOST:PORT")
+@click.option(
+    "--coordinator",
+    "coordinator_address",
+    metavar="HOST:PORT",
+    help="The coordinator (required unless --config zookeeper.address=... is given).",
+)
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
@@ -134,7 +137,7 @@ def tablet_server(
     host: str,
     port: int,
     data_dir: Path,
-    coordinator_address: str,
+    coordinator_address: str | None,
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
@@ -144,7 +147,12 @@ def tablet_server(
 
     _setup_logging(log_level)
     config = {**(parse_config_file(config_file) if config_file else {}), **parse_config_pairs(config_pairs)}
-    coordinator_host, _, coordinator_port = coordinator_address.rpartition(":")
+    coordinator: tuple[str, int] | None = None
+    if coordinator_address:
+        coordinator_host, _, coordinator_port = coordinator_address.rpartition(":")
+        coordinator = (coordinator_host, int(coordinator_port))
+    elif "zookeeper.address" not in config:
+        raise click.UsageError("give --coordinator HOST:PORT, or --config zookeeper.address=HOST:PORT")
 
     async def start() -> TabletServer:
         server = TabletServer(
@@ -152,7 +160,7 @@ def tablet_server(
             host=host,
             port=port,
             data_dir=data_dir,
-            coordinator=(coordinator_host, int(coordinator_port)),
+            coordinator=coordinator,
             config=config,
         )
         await server.start()
@@ -282,6 +290,19 @@ def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
     show_default=True,
     help="Where tiering splits run: Spark executors, or in the tiering process itself.",
 )
+@click.option(
+    "--zookeeper",
+    "with_zookeeper",
+    is_flag=True,
+    help="Start a ZooKeeper server (under the data directory) and keep the metadata there.",
+)
+@click.option(
+    "--coordinators",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 9),
+    help="Coordinators to run: one active, the others standbys (needs ZooKeeper when more than one).",
+)
 @config_option
 def local(
     data_dir: Path,
@@ -291,15 +312,22 @@ def local(
     lake_format: str,
     tiering: bool,
     tiering_runner: str,
+    with_zookeeper: bool,
+    coordinators: int,
     config_pairs: tuple[str, ...],
 ) -> None:
     """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
+    from strom.server import local_cluster
+
     console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    local_cluster.remove_cluster_json(data_dir)
     user_config = parse_config_pairs(config_pairs)
+    if coordinators > 1 and not with_zookeeper and "zookeeper.address" not in user_config:
+        raise click.UsageError("several coordinators need ZooKeeper: add --zookeeper")
     config = {"remote.data.dir": str(data_dir / "remote")}
     if "datalake.format" not in user_config:
         config.update(embedded_lake_config(data_dir, lake_format))
@@ -308,10 +336,15 @@ def local(
     lake_prefix = f"datalake.{lake_format}."
     lake_properties = {k[len(lake_prefix) :]: v for k, v in config.items() if k.startswith(lake_prefix)}
     logs = data_dir / "logs"
-    coordinator_process = ServerProcess(
-        COORDINATOR, 0, host, port, data_dir / "coordinator", config, log_path=logs / "coordinator-0.log"
-    )
-    servers = [coordinator_process] + [
+    zookeeper = None
+    if with_zookeeper:
+        with console.status("starting ZooKeeper"):
+            zookeeper = local_cluster.start_zookeeper(data_dir, host)
+        config["zookeeper.address"] = zookeeper.address
+    coordinator_processes = local_cluster.coordinator_processes(coordinators, host, port, data_dir, config)
+    coordinator_process = coordinator_processes[0]
+    bootstrap = ",".join(c.address for c in coordinator_processes)
+    servers = [*coordinator_processes] + [
         ServerProcess(
             TABLET_SERVER,
             i,
@@ -319,7 +352,8 @@ def local(
             free_port(host),
             data_dir / f"tablet-server-{i}",
             config,
-            coordinator=coordinator_process.address,
+            # with ZooKeeper, tablet servers find the active coordinator there
+            coordinator=None if "zookeeper.address" in config else coordinator_process.address,
             log_path=logs / f"tablet-server-{i}.log",
         )
         for i in range(tablet_servers)
@@ -333,7 +367,7 @@ def local(
             0,
             data_dir / "tiering",
             tiering_config,
-            coordinator=coordinator_process.address,
+            coordinator=bootstrap,
             log_path=logs / "tiering-0.log",
             extra_args=["--runner", tiering_runner, "--poll-interval", "2"],
         )
@@ -348,28 +382,33 @@ def local(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    tablet_processes = servers[len(coordinator_processes) :]
     try:
-        with console.status("starting the coordinator"):
-            coordinator_process.start()
-            asyncio.run(wait_until_serving(coordinator_process))
+        with console.status("starting the coordinator" + ("s" if coordinators > 1 else "")):
+            for coordinator in coordinator_processes:
+                coordinator.start()
+            for coordinator in coordinator_processes:
+                asyncio.run(wait_until_serving(coordinator))
         with console.status(f"starting {tablet_servers} tablet server(s)"):
-            for server in servers[1:]:
+            for server in tablet_processes:
                 server.start()
             asyncio.run(
                 wait_for_tablet_servers(
-                    coordinator_process, {s.server_id for s in servers[1:]}, 30.0, servers[1:]
+                    coordinator_process, {s.server_id for s in tablet_processes}, 30.0, tablet_processes
                 )
             )
     except (RuntimeError, TimeoutError) as e:
         console.print(f"[red]cluster failed to start:[/red] {e}")
         for server in reversed(servers):
             server.stop()
+        if zookeeper is not None:
+            zookeeper.stop()
         sys.exit(1)
     if tiering_process is not None:
         tiering_process.start()  # Spark takes a few seconds; the cluster is usable meanwhile
         servers.append(tiering_process)
     cluster = {
-        "bootstrap": coordinator_process.address,
+        "bootstrap": bootstrap,
         "servers": [
             {
                 "role": s.role,
@@ -382,8 +421,12 @@ def local(
         ],
         "datalake": {"format": lake_format, "properties": lake_properties},
     }
-    (data_dir / "cluster.json").write_text(json.dumps(cluster, indent=2) + "\n")
-    console.print(f"Strom cluster ready. bootstrap.servers = [bold]{coordinator_process.address}[/bold]")
+    if "zookeeper.address" in config:
+        cluster["zookeeper"] = config["zookeeper.address"]
+    local_cluster.write_cluster_json(data_dir, cluster)
+    console.print(f"Strom cluster ready. bootstrap.servers = [bold]{bootstrap}[/bold]")
+    if zookeeper is not None:
+        console.print(f"  zookeeper: {zookeeper.address} (pid {zookeeper.pid}), data in {zookeeper.data_dir}")
     console.print(f"  data: {data_dir}   logs: {logs}   cluster.json: {data_dir / 'cluster.json'}")
     console.print(f"  lake: {lake_format} {lake_properties}")
     if tiering_process is not None:
@@ -407,8 +450,11 @@ def local(
             time.sleep(0.2)
     finally:
         console.print("stopping the cluster")
+        local_cluster.remove_cluster_json(data_dir)
         for server in reversed(servers):
             server.stop()
+        if zookeeper is not None:
+            zookeeper.stop()
         console.print("stopped")
     os._exit(0)
 

@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 from harness import Cluster
 
+from strom.server.launcher import free_port
+from strom.server.zookeeper.local_server import LocalZooKeeper
+
 
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
@@ -15,15 +18,41 @@ def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeeper]:
+    """One ZooKeeper server for the test run (clusters keep apart under root znodes of their own)."""
+    server = LocalZooKeeper(tmp_path_factory.mktemp("zookeeper"), free_port())
+    server.start()
+    try:
+        server.wait_until_serving()
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[type]:
-    """Private clusters for tests that kill or restart servers."""
+def cluster_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[type]:
+    """Private clusters for tests that kill or restart servers; `zookeeper=True` puts the metadata in
+    the test run's ZooKeeper server, and allows several coordinators."""
     started: list[Cluster] = []
 
-    def make(tablet_servers: int = 1, config: dict[str, str] | None = None) -> Cluster:
-        cluster = Cluster(tmp_path / f"cluster-{len(started)}", tablet_servers, config).start()
+    def make(
+        tablet_servers: int = 1,
+        config: dict[str, str] | None = None,
+        *,
+        zookeeper: bool = False,
+        coordinators: int = 1,
+    ) -> Cluster:
+        address = request.getfixturevalue("zookeeper").address if zookeeper else None
+        cluster = Cluster(
+            tmp_path / f"cluster-{len(started)}",
+            tablet_servers,
+            config,
+            zookeeper=address,
+            coordinators=coordinators,
+        )
         started.append(cluster)
-        return cluster
+        return cluster.start()
 
     yield make  # type: ignore[misc]
     for cluster in started:

@@ -24,19 +24,43 @@ TEST_CONFIG = {
 
 
 class Cluster:
-    def __init__(self, base_dir: Path, tablet_servers: int = 1, config: dict[str, str] | None = None) -> None:
+    """Coordinator(s) and tablet servers. With `zookeeper` (host:port of a ZooKeeper server), the
+    metadata lives there, under a root znode of this cluster's own, and `coordinators` may be > 1."""
+
+    def __init__(
+        self,
+        base_dir: Path,
+        tablet_servers: int = 1,
+        config: dict[str, str] | None = None,
+        *,
+        zookeeper: str | None = None,
+        coordinators: int = 1,
+    ) -> None:
         self.base_dir = base_dir
         # one remote directory shared by all servers, as S3 would be: KV snapshots live there
         self.config = {**TEST_CONFIG, "remote.data.dir": str(base_dir / "remote"), **(config or {})}
-        self.coordinator = ServerProcess(
-            COORDINATOR,
-            0,
-            "127.0.0.1",
-            free_port(),
-            base_dir / "coordinator",
-            self.config,
-            log_path=base_dir / "logs" / "coordinator-0.log",
-        )
+        if zookeeper is not None:
+            self.config.update(
+                {
+                    "zookeeper.address": zookeeper,
+                    "zookeeper.path.root": f"/strom-test/{base_dir.parent.name}-{base_dir.name}",
+                    "zookeeper.client.session-timeout": "3s",
+                }
+            )
+            self.config.update(config or {})
+        self.coordinators = [
+            ServerProcess(
+                COORDINATOR,
+                i,
+                "127.0.0.1",
+                free_port(),
+                base_dir / f"coordinator-{i}" if i else base_dir / "coordinator",
+                self.config,
+                log_path=base_dir / "logs" / f"coordinator-{i}.log",
+            )
+            for i in range(coordinators)
+        ]
+        self.coordinator = self.coordinators[0]
         self.tablet_servers = {
             i: ServerProcess(
                 TABLET_SERVER,
@@ -45,7 +69,7 @@ class Cluster:
                 free_port(),
                 base_dir / f"tablet-server-{i}",
                 self.config,
-                coordinator=self.coordinator.address,
+                coordinator=None if zookeeper else self.coordinator.address,
                 log_path=base_dir / "logs" / f"tablet-server-{i}.log",
             )
             for i in range(tablet_servers)
@@ -53,7 +77,7 @@ class Cluster:
 
     @property
     def bootstrap(self) -> str:
-        return self.coordinator.address
+        return ",".join(c.address for c in self.coordinators)
 
     def start(self) -> Cluster:
         try:
@@ -67,13 +91,18 @@ class Cluster:
         return self
 
     def start_coordinator(self) -> None:
-        self.coordinator.start()
-        asyncio.run(wait_until_serving(self.coordinator))
+        """Starts every coordinator that is not running."""
+        started = [c for c in self.coordinators if not c.is_alive()]
+        for coordinator in started:
+            coordinator.start()
+        for coordinator in started:
+            asyncio.run(wait_until_serving(coordinator))
 
     def wait_for_tablet_servers(self, ids: set[int] | None = None, timeout: float = 30) -> None:
         alive = {i for i, s in self.tablet_servers.items() if s.is_alive()} if ids is None else ids
         processes = [self.tablet_servers[i] for i in alive]
-        asyncio.run(wait_for_tablet_servers(self.coordinator, alive, timeout, processes))
+        coordinator = next(c for c in self.coordinators if c.is_alive())
+        asyncio.run(wait_for_tablet_servers(coordinator, alive, timeout, processes))
 
     def kill_tablet_server(self, server_id: int) -> None:
         self.tablet_servers[server_id].kill()
@@ -92,7 +121,8 @@ class Cluster:
     def stop(self) -> None:
         for server in self.tablet_servers.values():
             server.stop()
-        self.coordinator.stop()
+        for coordinator in self.coordinators:
+            coordinator.stop()
 
     def logs(self) -> str:
         parts = []

@@ -445,7 +445,8 @@ ZOOKEEPER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "zookeeper.client.session-timeout",
     timedelta,
     timedelta(seconds=60),
-    "ZooKeeper session timeout.",
+    "ZooKeeper session timeout: a coordinator or tablet server out of touch with ZooKeeper this long "
+    "counts as dead (one whose process died is noticed at once, by its port refusing connections).",
     fallback_keys=("recovery.zookeeper.client.session-timeout",),
 )
 ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
@@ -479,20 +480,21 @@ TABLET_SERVER_ID: ConfigOption[int] = ConfigOption(
 TABLET_SERVER_RACK: ConfigOption[str] = ConfigOption(
     "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
 )
-# Strom's own: Fluss tracks liveness through ZooKeeper sessions; Strom servers heartbeat the
-# coordinator instead (also with ZooKeeper), so liveness has options of its own.
+# Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
+# without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
 TABLET_SERVER_HEARTBEAT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "tablet-server.heartbeat.interval",
     timedelta,
     timedelta(seconds=1),
-    "(Strom) How often a tablet server heartbeats the coordinator.",
+    "(Strom) How often a tablet server heartbeats the coordinator (without ZooKeeper).",
 )
 TABLET_SERVER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "tablet-server.session.timeout",
     timedelta,
     timedelta(seconds=10),
-    "(Strom) How long the coordinator waits without a heartbeat before it declares a tablet server "
-    "dead and moves leadership of its buckets elsewhere.",
+    "(Strom) Without ZooKeeper: how long the coordinator waits without a heartbeat before it declares a "
+    "tablet server dead and moves leadership of its buckets elsewhere. A server whose process died is "
+    "declared dead at once (its port refuses connections), without waiting for this.",
 )
 # Strom's own: the largest RPC frame a server or client accepts. Fluss's closest setting is
 # netty.server.max-request-size, read as a fallback.

@@ -82,7 +82,9 @@ class ServerProcess:
             str(self.data_dir),
         ]
         if self.role == TABLET_SERVER:
-            args += ["--server-id", str(self.server_id), "--coordinator", self.coordinator or ""]
+            args += ["--server-id", str(self.server_id)]
+            if self.coordinator:  # with ZooKeeper, tablet servers find the active coordinator there
+                args += ["--coordinator", self.coordinator]
         for key, value in self.config.items():
             args += ["--config", f"{key}={value}"]
         return args

@@ -12,6 +12,9 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
@@ -19,7 +22,7 @@ from strom.common.table_descriptor import TableInfo
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.rpc.server import Handler
+from strom.rpc.server import Handler, RequestContext
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
@@ -68,6 +71,11 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
 }
 
+# Requests that need the tablet servers: after a (re)start they wait until every bucket has a live
+# leader again (or the servers had their session timeout to come back), so that clients are never told
+# a cluster without servers (the official client then reports existing tables as not found).
+WAIT_UNTIL_READY = (ApiKey.GET_METADATA, ApiKey.CREATE_TABLE, ApiKey.CREATE_PARTITION)
+
 
 class ActiveCoordinator:
     def __init__(
@@ -101,6 +109,9 @@ class ActiveCoordinator:
         self.remote_logs = RemoteLogService(store)
         self.metadata.on_table_dropped = self._table_dropped
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
+        for key in WAIT_UNTIL_READY:
+            self.handlers[key] = self._when_ready(self.handlers[key])
+        self.ready = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -112,6 +123,7 @@ class ActiveCoordinator:
         await self.controller.broadcast_servers()
         await self.controller.notify_leadership(self.store.list_buckets())
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
+        self._tasks.append(asyncio.create_task(self._become_ready(), name="readiness"))
         self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
         self.lake.load_tables()
         self._tasks.append(asyncio.create_task(self._tiering_expiry_loop(), name="tiering-expiry"))
@@ -146,15 +158,33 @@ class ActiveCoordinator:
         self.failure_detector.watch(server)
         await self.controller.on_server_registered(server.server_id)
 
-    async def servers_dead(self, server_ids: set[int]) -> None:
-        for server_id in server_ids:
-            self.failure_detector.unwatch(server_id)
-        await self.liveness.forget(server_ids)
-        await self.controller.on_servers_dead(server_ids)
+    async def servers_dead(self, servers: list[LiveServer]) -> None:
+        """These servers (already out of the membership) are gone: move their leadership."""
+        for server in servers:
+            self.failure_detector.unwatch(server.server_id)
+        await self.liveness.forget(servers)
+        await self.controller.on_servers_dead({s.server_id for s in servers})
 
     async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
-        if self.membership.remove(server_id, session_id) is not None:
-            await self.servers_dead({server_id})
+        server = self.membership.remove(server_id, session_id)
+        if server is not None:
+            await self.servers_dead([server])
+
+    def _when_ready(self, handler: Handler) -> Handler:
+        async def gated(request: Any, ctx: RequestContext) -> Message:
+            await self.ready.wait()
+            return await handler(request, ctx)
+
+        return gated
+
+    async def _become_ready(self) -> None:
+        deadline = asyncio.get_running_loop().time() + self.liveness.session_timeout()
+        while asyncio.get_running_loop().time() < deadline:
+            live = self.membership.servers
+            if all(b.leader in live for b in self.store.list_buckets()):
+                break
+            await asyncio.sleep(0.05)
+        self.ready.set()
 
     async def _startup_grace(self) -> None:
         """Leaders recorded for servers that are not live once their sessions could have expired

@@ -63,12 +63,15 @@ class EmbeddedLiveness(Liveness):
             self._expiry.cancel()
             await asyncio.gather(self._expiry, return_exceptions=True)
 
-    async def forget(self, server_ids: set[int]) -> None:
+    async def forget(self, servers: list[LiveServer]) -> None:
         with self.store.transaction():
-            for server_id in server_ids:
-                self.store.delete_documents(_key(server_id))
+            for server in servers:
+                self.store.delete_documents(_key(server.server_id))
 
     def grace_period(self) -> float:
+        return self.membership.session_timeout
+
+    def session_timeout(self) -> float:
         return self.membership.session_timeout
 
     async def register(
@@ -117,4 +120,4 @@ class EmbeddedLiveness(Liveness):
                         server.server_id,
                         self.membership.session_timeout,
                     )
-                await self.coordinator.servers_dead({s.server_id for s in expired})
+                await self.coordinator.servers_dead(expired)

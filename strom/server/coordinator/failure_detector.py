@@ -16,37 +16,9 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from strom.server.coordinator.membership import LiveServer
+from strom.server.port_probe import wait_until_refused
 
 log = logging.getLogger(__name__)
-
-PROBE_TIMEOUT = 1.0  # a refusal is immediate; a timeout is inconclusive anyway
-RETRY_INTERVAL = 1.0  # after an inconclusive probe
-
-
-class _Watch(asyncio.Protocol):
-    def __init__(self) -> None:
-        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.lost.done():
-            self.lost.set_result(None)
-
-    def data_received(self, data: bytes) -> None:  # the server never sends unasked; ignore anything
-        pass
-
-
-async def probe(host: str, port: int, timeout: float = PROBE_TIMEOUT) -> bool | None:
-    """True when something accepts connections at host:port, False when they are refused (nothing
-    listens there), None when it cannot be told (timeout, unreachable network)."""
-    loop = asyncio.get_running_loop()
-    try:
-        transport, _ = await asyncio.wait_for(loop.create_connection(asyncio.Protocol, host, port), timeout)
-    except ConnectionRefusedError:
-        return False
-    except (OSError, TimeoutError):
-        return None
-    transport.close()
-    return True
 
 
 class FailureDetector:
@@ -76,27 +48,12 @@ class FailureDetector:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch(self, server: LiveServer) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                transport, watch = await asyncio.wait_for(
-                    loop.create_connection(_Watch, server.host, server.port), PROBE_TIMEOUT
-                )
-            except ConnectionRefusedError:
-                log.warning(
-                    "tablet server %d refuses connections on %s:%d: its process is gone",
-                    server.server_id,
-                    server.host,
-                    server.port,
-                )
-                self._tasks.pop(server.server_id, None)
-                await self.on_dead(server.server_id, server.session_id)
-                return
-            except (OSError, TimeoutError):
-                await asyncio.sleep(RETRY_INTERVAL)  # inconclusive: the session timeout decides
-                continue
-            try:
-                await watch.lost  # an idle connection drops only when the peer goes away
-            finally:
-                transport.close()
-            log.info("connection to tablet server %d dropped; checking it", server.server_id)
+        await wait_until_refused(server.host, server.port)
+        log.warning(
+            "tablet server %d refuses connections on %s:%d: its process is gone",
+            server.server_id,
+            server.host,
+            server.port,
+        )
+        self._tasks.pop(server.server_id, None)
+        await self.on_dead(server.server_id, server.session_id)

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
+from strom.server.coordinator.membership import LiveServer
 
 
 class Liveness(ABC):
@@ -22,12 +23,17 @@ class Liveness(ABC):
     async def stop(self) -> None: ...
 
     @abstractmethod
-    async def forget(self, server_ids: set[int]) -> None:
+    async def forget(self, servers: list[LiveServer]) -> None:
         """These servers are dead (their sessions are gone from the membership already)."""
 
     @abstractmethod
     def grace_period(self) -> float:
-        """How long a server recorded as a leader may take to show up after the coordinator starts."""
+        """How long a server recorded as a leader may take to show up after the coordinator starts,
+        before its leadership is moved."""
+
+    @abstractmethod
+    def session_timeout(self) -> float:
+        """How long a tablet server may be out of touch before it counts as dead."""
 
     @abstractmethod
     async def register(

@@ -1,0 +1,62 @@
+"""The high-availability side of `strom local`: a ZooKeeper server, several coordinators, and the
+`cluster.json` lifecycle (absent while the cluster starts or is stopped, written once it is ready).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from strom.server.launcher import COORDINATOR, ServerProcess, free_port
+from strom.server.zookeeper.local_server import LocalZooKeeper
+
+CLUSTER_JSON = "cluster.json"
+
+
+def remove_cluster_json(data_dir: Path) -> None:
+    """Whoever waits for cluster.json must not take an old one for this run's."""
+    (data_dir / CLUSTER_JSON).unlink(missing_ok=True)
+
+
+def write_cluster_json(data_dir: Path, cluster: dict[str, Any]) -> Path:
+    """Written whole or not at all (readers poll for the file and read it at once)."""
+    path = data_dir / CLUSTER_JSON
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(cluster, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def start_zookeeper(data_dir: Path, host: str) -> LocalZooKeeper:
+    """A ZooKeeper server for the local cluster, its data under <data-dir>/zookeeper (so metadata
+    survives a restart of the cluster on the same data directory)."""
+    server = LocalZooKeeper(
+        data_dir / "zookeeper", free_port(host), host, log_path=data_dir / "logs" / "zookeeper.log"
+    )
+    server.start()
+    try:
+        server.wait_until_serving()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def coordinator_processes(
+    count: int, host: str, port: int, data_dir: Path, config: dict[str, str]
+) -> list[ServerProcess]:
+    """The first coordinator on `port`, the others on free ports."""
+    return [
+        ServerProcess(
+            COORDINATOR,
+            i,
+            host,
+            port if i == 0 else free_port(host),
+            data_dir / ("coordinator" if i == 0 else f"coordinator-{i}"),
+            config,
+            log_path=data_dir / "logs" / f"coordinator-{i}.log",
+        )
+        for i in range(count)
+    ]
