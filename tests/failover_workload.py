@@ -129,19 +129,16 @@ async def read_log_ids(bootstrap: str, table_name: str, buckets: int = 1) -> lis
 
 
 async def lookup_missing(bootstrap: str, table_name: str, ids: set[int]) -> list[int]:
-    """The ids of a primary-key table that a lookup does not find with their value."""
-    connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
-    try:
-        table = await connection.get_table(fluss.TablePath("fluss", table_name))
-        lookuper = table.new_lookup().create_lookuper()
-        missing = []
-        for i in sorted(ids):
-            row = await lookuper.lookup({"id": i})
-            if row is None or row.get("v") != f"v{i}":
-                missing.append(i)
-        return missing
-    finally:
-        await connection.close()
+    """The ids of a primary-key table that a lookup does not find with their value.
+
+    Strom's client sends the keys in full batches; pyfluss 1.0 would wait its batch timeout per key."""
+    from strom.client import Connection
+
+    async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
+        table = await connection.get_table(f"fluss.{table_name}")
+        wanted = sorted(ids)
+        found = await table.new_lookup().create_lookuper().lookup_many([(i,) for i in wanted])
+        return [i for i, row in zip(wanted, found, strict=True) if row is None or row.get("v") != f"v{i}"]
 
 
 def bucket_leaders(host: str, port: int, table: str) -> dict[int, tuple[int | None, int]]:
