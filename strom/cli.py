@@ -199,6 +199,7 @@ def tiering(
     The lake is configured like Fluss's tiering job: --config datalake.format=iceberg and
     --config datalake.iceberg.<catalog property>=... (the prefix is stripped).
     """
+    from strom.security.credentials import client_properties
     from strom.spark.tiering.runner import LocalSplitRunner, SparkSplitRunner
     from strom.spark.tiering.service import TieringService, TieringSettings
 
@@ -215,6 +216,7 @@ def tiering(
         lake_format=lake_format,
         lake_properties={k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)},
         poll_interval=poll_interval,
+        client_properties=client_properties(config),
     )
     split_runner: LocalSplitRunner | SparkSplitRunner
     if runner == "spark":
@@ -296,6 +298,8 @@ def local(
     """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
+    from strom.security.credentials import client_properties
+
     console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -324,7 +328,9 @@ def local(
         )
         for i in range(tablet_servers)
     ]
+    # the tiering service logs in as the servers do (a super user) when the cluster uses SASL
     tiering_config = {k: v for k, v in config.items() if k.startswith("datalake.")}
+    tiering_config.update(client_properties(config))
     tiering_process = (
         ServerProcess(
             TIERING,
@@ -415,6 +421,9 @@ def local(
 
 def _register_commands() -> None:
     """Adds the administrative commands of `strom.commands` to `main`; each module adds one line here."""
+    from strom.commands.acl import acl
+
+    main.add_command(acl)
 
 
 _register_commands()

@@ -416,6 +416,53 @@ ADVERTISED_LISTENERS: ConfigOption[str] = ConfigOption(
 INTERNAL_LISTENER_NAME: ConfigOption[str] = ConfigOption(
     "internal.listener.name", str, "FLUSS", "Which listener servers use to reach each other."
 )
+SECURITY_PROTOCOL_MAP: ConfigOption[str] = ConfigOption(
+    "security.protocol.map",
+    str,
+    "",
+    "Authentication protocol per listener, e.g. CLIENT:SASL,INTERNAL:PLAINTEXT; listeners not named use "
+    "PLAINTEXT. With no bind.listeners and one entry here, the server's single listener takes its name.",
+)
+SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
+    "security.sasl.enabled.mechanisms",
+    list,
+    ["PLAIN"],
+    "SASL mechanisms servers accept on SASL listeners; only PLAIN is supported.",
+)
+SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+    "security.sasl.plain.jaas.config",
+    str,
+    None,
+    "Server-side JAAS line for SASL/PLAIN listing the users: "
+    'org.apache.fluss.security.auth.sasl.plain.PlainLoginModule required user_<name>="<password>" ...; '
+    "security.sasl.listener.name.<listener>.plain.jaas.config overrides it for one listener.",
+)
+SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str] = ConfigOption(
+    "security.sasl.plain.credentials",
+    str,
+    None,
+    "SASL/PLAIN users as name:password pairs (admin:admin-secret,bob:bob-secret); shorthand for "
+    "security.sasl.plain.jaas.config, which wins when both are set.",
+)
+AUTHORIZER_ENABLED: ConfigOption[bool] = ConfigOption(
+    "authorizer.enabled",
+    bool,
+    False,
+    "Whether requests are checked against ACLs; when off every authenticated principal may do anything.",
+)
+SUPER_USERS: ConfigOption[str] = ConfigOption(
+    "super.users",
+    str,
+    None,
+    "Principals allowed everything, semicolon-separated (User:admin;User:ops).",
+)
+AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "authorizer.acl-refresh-interval",
+    timedelta,
+    timedelta(seconds=1),
+    "(Strom) How often tablet servers reload the ACLs from the coordinator, so a grant or revoke takes "
+    "effect cluster-wide within this time.",
+)
 DATA_DIR: ConfigOption[str] = ConfigOption(
     "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
 )
@@ -671,6 +718,13 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         BIND_LISTENERS,
         ADVERTISED_LISTENERS,
         INTERNAL_LISTENER_NAME,
+        SECURITY_PROTOCOL_MAP,
+        SECURITY_SASL_ENABLED_MECHANISMS,
+        SECURITY_SASL_PLAIN_JAAS_CONFIG,
+        SECURITY_SASL_PLAIN_CREDENTIALS,
+        AUTHORIZER_ENABLED,
+        SUPER_USERS,
+        AUTHORIZER_ACL_REFRESH_INTERVAL,
         DATA_DIR,
         REMOTE_DATA_DIR,
         REMOTE_DATA_DIRS,

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError, Message
 
@@ -46,15 +46,36 @@ class RequestContext:
 
 @dataclass(slots=True)
 class Session:
-    """Per-connection state (authentication)."""
+    """Per-connection state: the listener it came through and who authenticated on it."""
 
     peer: str
-    principal: str | None = None
+    listener: str = ""
+    principal: Any = None  # set by the guard: anonymous on PLAINTEXT, the SASL user after Authenticate
+    authentication_failed: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return self.peer.rpartition(":")[0] or self.peer
+
+
+class RequestGuard(Protocol):
+    """The security layer (`strom.security.layer.SecurityLayer`), called before and after handlers."""
+
+    def requires_authentication(self, listener: str) -> bool: ...
+
+    def authenticate(self, listener: str, mechanism: str, token: bytes) -> Any: ...
+
+    def anonymous(self) -> Any: ...
+
+    def check(self, key: ApiKey, request: Any, listener: str, principal: Any, host: str) -> None: ...
+
+    def filter(
+        self, key: ApiKey, request: Any, response: Any, listener: str, principal: Any, host: str
+    ) -> None: ...
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Message]]
-Authenticator = Callable[[Any, Session], Awaitable[Message]]
 
 
 class RpcServer:
@@ -69,7 +90,8 @@ class RpcServer:
         handlers: dict[ApiKey, Handler],
         server_type: ServerType | None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        authenticator: Authenticator | None = None,
+        listener: str = "FLUSS",
+        guard: RequestGuard | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -77,7 +99,9 @@ class RpcServer:
         self.handlers = dict(handlers)
         self.server_type = server_type
         self.max_frame_size = max_frame_size
-        self.authenticator = authenticator
+        self.listener = listener
+        self.guard = guard
+        self.sasl = guard is not None and guard.requires_authentication(listener)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._api_versions_body = self._build_api_versions()
@@ -91,7 +115,7 @@ class RpcServer:
     def _build_api_versions(self) -> bytes:
         response = pb.ApiVersionsResponse()
         keys = {ApiKey.API_VERSIONS, *self.handlers}
-        if self.authenticator is not None:
+        if self.sasl:
             keys.add(ApiKey.AUTHENTICATE)
         for key in sorted(keys):
             if key >= 9000:  # Strom-internal keys are not part of the Fluss handshake
@@ -109,7 +133,7 @@ class RpcServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self._port, reuse_address=True
         )
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -120,9 +144,6 @@ class RpcServer:
             self._server = None
 
 
-_NO_AUTH_NEEDED = frozenset({ApiKey.API_VERSIONS, ApiKey.AUTHENTICATE})
-
-
 class _Connection(asyncio.Protocol):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
@@ -130,7 +151,9 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.discard = 0  # bytes of an oversized frame still to skip
         self.tasks: set[asyncio.Task[None]] = set()
-        self.session = Session(peer="?")
+        self.session = Session(peer="?", listener=server.listener)
+        if server.guard is not None and not server.sasl:
+            self.session.principal = server.guard.anonymous()
 
     # ---- asyncio.Protocol
 
@@ -216,11 +239,8 @@ class _Connection(asyncio.Protocol):
                 spec = api_spec(key)
             except (KeyError, ValueError):
                 raise UnsupportedVersionError(f"unknown API key {key}") from None
-            if key == ApiKey.AUTHENTICATE and server.authenticator is not None:
-                request = spec.request_type()
-                request.ParseFromString(body)
-                response = await server.authenticator(request, self.session)
-                self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+            if key == ApiKey.AUTHENTICATE and server.sasl:
+                await self._authenticate(header, body)
                 return
             handler = server.handlers.get(ApiKey(key))
             if handler is None:
@@ -232,20 +252,22 @@ class _Connection(asyncio.Protocol):
                     f"API {spec.key.name} version {header.api_version} is not supported "
                     f"(supported: {spec.min_version}..{spec.max_version})"
                 )
-            if (
-                server.authenticator is not None
-                and self.session.principal is None
-                and key not in _NO_AUTH_NEEDED
-            ):
-                raise AuthenticateError(f"{spec.key.name} sent before SASL authentication completed")
+            session = self.session
+            if server.sasl and session.principal is None:
+                raise AuthenticateError(
+                    f"{spec.key.name} refused: the connection has not completed SASL authentication"
+                )
             request = spec.request_type()
             try:
                 request.ParseFromString(body)
             except DecodeError as e:
                 raise CorruptMessageError(f"cannot parse {spec.request_type.__name__}: {e}") from None
-            response = await handler(
-                request, RequestContext(header.api_version, self.session.peer, self.session)
-            )
+            guard = server.guard
+            if guard is not None:
+                guard.check(spec.key, request, session.listener, session.principal, session.host)
+            response = await handler(request, RequestContext(header.api_version, session.peer, session))
+            if guard is not None:
+                guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
             self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
         except asyncio.CancelledError:
             raise
@@ -254,6 +276,30 @@ class _Connection(asyncio.Protocol):
         except Exception as e:
             log.exception("%s: unexpected error handling api key %d", server.name, header.api_key)
             self._send_error(header.request_id, e)
+
+    async def _authenticate(self, header: RequestHeader, body: bytes) -> None:
+        """One SASL step. A failure is answered and then the connection is closed: nothing else is
+        served on it."""
+        session = self.session
+        guard = self.server.guard
+        assert guard is not None
+        try:
+            if session.principal is not None:
+                raise AuthenticateError("the connection is already authenticated")
+            request = pb.AuthenticateRequest()
+            try:
+                request.ParseFromString(body)
+            except DecodeError as e:
+                raise AuthenticateError(f"malformed Authenticate request: {e}") from None
+            session.principal = guard.authenticate(session.listener, request.protocol, request.token)
+        except AuthenticateError as e:
+            session.authentication_failed = True
+            log.warning("%s: SASL authentication from %s failed: %s", self.server.name, session.peer, e)
+            self._send_error(header.request_id, e)
+            if self.transport is not None:
+                self.transport.close()  # flushes the answer first
+            return
+        self._send(RESPONSE_SUCCESS, header.request_id, pb.AuthenticateResponse().SerializeToString())
 
     def _send_error(self, request_id: int, error: BaseException) -> None:
         response = pb.ErrorResponse()

@@ -296,6 +296,7 @@ def test_strom_internal_messages() -> None:
         "host": 2,
         "port": 3,
         "rack": 4,
+        "listeners": 5,
     }
     assert field_numbers(internal_pb.RegisterTabletServerResponse.DESCRIPTOR) == {
         "coordinator_epoch": 1,

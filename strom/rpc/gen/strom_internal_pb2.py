@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"Z\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"m\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x11\n\tlisteners\x18\x05 \x01(\t\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,11 +32,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strom_internal_pb2', _globa
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REGISTERTABLETSERVERREQUEST']._serialized_start=40
-  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_end=130
-  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_start=132
-  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_end=237
-  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_start=239
-  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_end=308
-  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_start=310
-  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_end=391
+  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_end=149
+  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_start=151
+  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_end=256
+  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_start=258
+  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_end=327
+  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_start=329
+  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_end=410
 # @@protoc_insertion_point(module_scope)

@@ -19,6 +19,7 @@ class LiveServer:
     rack: str | None
     session_id: int
     last_heartbeat: float
+    listeners: str | None = None  # every advertised listener, NAME://host:port,...
 
 
 class Membership:
@@ -26,10 +27,12 @@ class Membership:
         self.session_timeout = session_timeout
         self.servers: dict[int, LiveServer] = {}
 
-    def register(self, server_id: int, host: str, port: int, rack: str | None) -> tuple[LiveServer, bool]:
+    def register(
+        self, server_id: int, host: str, port: int, rack: str | None, listeners: str | None = None
+    ) -> tuple[LiveServer, bool]:
         """A new session; True when this replaces a live session (the server restarted)."""
         replaced = server_id in self.servers
-        server = LiveServer(server_id, host, port, rack, secrets.randbits(62), time.monotonic())
+        server = LiveServer(server_id, host, port, rack, secrets.randbits(62), time.monotonic(), listeners)
         self.servers[server_id] = server
         return server, replaced
 

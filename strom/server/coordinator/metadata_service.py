@@ -35,6 +35,8 @@ from strom.common.partition import (
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import DEFAULT_DATABASE_NAME, TablePath, validate_database_name
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext
+from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.table_validation import (
@@ -416,9 +418,15 @@ class MetadataService:
 
     async def metadata(self, request: pb.MetadataRequest, ctx: object) -> pb.MetadataResponse:
         response = pb.MetadataResponse()
-        response.coordinator_server.CopyFrom(self.coordinator_node)
+        # addresses of the listener the request came through (servers without it are left out)
+        listener = ctx.session.listener if isinstance(ctx, RequestContext) else None
+        node = self.coordinator_node
+        host, port = endpoint_on(listener, node.listeners, (node.host, node.port)) or (node.host, node.port)
+        response.coordinator_server.CopyFrom(pb.PbServerNode(node_id=node.node_id, host=host, port=port))
         for server in sorted(self.membership.servers.values(), key=lambda s: s.server_id):
-            response.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
+            address = endpoint_on(listener, server.listeners, (server.host, server.port))
+            if address is not None:
+                response.tablet_servers.add(node_id=server.server_id, host=address[0], port=address[1])
         for path_message in request.table_path:
             self._table_metadata(response.table_metadata, self._table(table_path_of(path_message)))
         for physical in request.partitions_path:

@@ -9,11 +9,15 @@ from pathlib import Path
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.table_descriptor import TableInfo
+from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
-from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.rpc.server import Handler, RequestContext
+from strom.security.layer import SecurityLayer, SecuritySettings
+from strom.security.listeners import ListenerSettings
+from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
@@ -22,6 +26,7 @@ from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
 from strom.server.coordinator.remote_log_service import RemoteLogService
+from strom.server.rpc_listeners import ListenerGroup
 from strom.server.store.base import TableRecord
 from strom.server.store.sqlite import SqliteMetadataStore
 
@@ -40,7 +45,10 @@ class CoordinatorServer:
         self.coordinator_epoch = self.store.bump_coordinator_epoch()
         session_timeout = self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds()
         self.membership = Membership(session_timeout)
-        self.pool = ConnectionPool()
+        listeners = ListenerSettings.from_config(self.config, host, port)
+        security = SecuritySettings.from_config(self.config, listeners)
+        self.security = SecurityLayer(security, resolve_table=self._table_path)
+        self.pool = ConnectionPool(sasl=security.internal_login)
         self._requested_port = port
         self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
         self.controller = Controller(
@@ -56,6 +64,7 @@ class CoordinatorServer:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots = KvSnapshotService(self.store, self.config)
         self.remote_logs = RemoteLogService(self.store)
+        self.acls = AclService(self.store, self.security)
         self.metadata.on_table_dropped = self._table_dropped
         m = self.metadata
         handlers: dict[ApiKey, Handler] = {
@@ -86,16 +95,19 @@ class CoordinatorServer:
             ApiKey.LIST_REMOTE_LOG_MANIFESTS: self.remote_logs.list,
             ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: m.get_security_token,
             ApiKey.ADJUST_ISR: self.controller.adjust_isr,
+            ApiKey.CREATE_ACLS: self.acls.create_acls,
+            ApiKey.LIST_ACLS: self.acls.list_acls,
+            ApiKey.DROP_ACLS: self.acls.drop_acls,
             ApiKey.REGISTER_TABLET_SERVER: self._register_tablet_server,
             ApiKey.TABLET_SERVER_HEARTBEAT: self._tablet_server_heartbeat,
         }
-        self.rpc = RpcServer(
+        self.rpc = ListenerGroup(
             name="coordinator",
-            host=host,
-            port=port,
+            listeners=listeners,
             handlers=handlers,
             server_type=ServerType.COORDINATOR,
             max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+            security=self.security,
         )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -105,7 +117,7 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         await self.rpc.start()
-        self.node.port = self.rpc.port
+        self.node.CopyFrom(self.rpc.describe(COORDINATOR_ID))
         self._tasks.append(asyncio.create_task(self._expiry_loop(), name="session-expiry"))
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
         self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
@@ -127,7 +139,11 @@ class CoordinatorServer:
         self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
     ) -> internal.RegisterTabletServerResponse:
         server, replaced = self.membership.register(
-            request.server_id, request.host, request.port, request.rack if request.HasField("rack") else None
+            request.server_id,
+            request.host,
+            request.port,
+            request.rack if request.HasField("rack") else None,
+            request.listeners if request.HasField("listeners") else None,
         )
         log.info(
             "tablet server %d registered at %s:%d%s",
@@ -190,6 +206,10 @@ class CoordinatorServer:
         while True:
             await asyncio.sleep(min(15.0, max(0.2, self.tiering.job_timeout / 4)))
             self.tiering.expire_silent_jobs()
+
+    def _table_path(self, table_id: int) -> TablePath | None:
+        record = self.store.get_table_by_id(table_id)
+        return None if record is None else TablePath(record.database, record.name)
 
     def _table_dropped(self, table_id: int) -> None:
         self.lake.on_table_dropped(table_id)
