@@ -101,15 +101,33 @@ class Cluster:
         return "\n".join(parts)
 
 
-def run_pyfluss(bootstrap: str, body: Callable[[Any], Awaitable[Any]], timeout: float = 90) -> Any:
-    """Runs `body(connection)` with an official pyfluss connection to the cluster, then closes it."""
+def run_pyfluss(
+    bootstrap: str,
+    body: Callable[[Any], Awaitable[Any]],
+    timeout: float = 90,
+    properties: dict[str, str] | None = None,
+) -> Any:
+    """Runs `body(connection)` with an official pyfluss connection to the cluster, then closes it.
+
+    `properties` are more pyfluss settings, e.g. SASL credentials (see `sasl_login`)."""
     import fluss
 
     async def main() -> Any:
-        connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
+        config = fluss.Config({"bootstrap.servers": bootstrap, **(properties or {})})
+        connection = await fluss.FlussConnection.create(config)
         try:
             return await asyncio.wait_for(body(connection), timeout)
         finally:
             await connection.close()
 
     return asyncio.run(main())
+
+
+def sasl_login(user: str, password: str) -> dict[str, str]:
+    """pyfluss settings for a SASL/PLAIN login."""
+    return {
+        "security.protocol": "sasl",
+        "security.sasl.mechanism": "PLAIN",
+        "security.sasl.username": user,
+        "security.sasl.password": password,
+    }
