@@ -459,6 +459,7 @@ def test_replication_over_the_sasl_listener_survives_a_leader_kill(secure_cluste
     victim = next(iter(strom_client(secure_cluster, ADMIN, leaders)))
     secure_cluster.kill_tablet_server(victim)
     try:
+        secure_cluster.wait_for_tablet_servers(set(secure_cluster.tablet_servers) - {victim})
         append(secure_cluster, "replicated", 50, 50)
         assert read_ids(secure_cluster, "replicated", ADMIN) == list(range(100))
     finally:
