@@ -25,7 +25,6 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimeoutError,
-    SchemaNotExistError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.table_bucket import TableBucket
@@ -102,13 +101,12 @@ class LogService:
                         "upserts (PutKv), not appends (ProduceLog)"
                     )
                 tablet = replica.log_tablet()
-                self._check_schema_ids(replica, entry.records)
                 if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                     raise NotEnoughReplicasError(
                         f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
                         f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
                     )
-                appended = tablet.append_as_leader(entry.records)
+                appended = tablet.append_as_leader(entry.records, replica.batch_check())
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
@@ -132,16 +130,6 @@ class LogService:
                         ),
                     )
         return response
-
-    @staticmethod
-    def _check_schema_ids(replica: Replica, records: bytes) -> None:
-        known = replica.table_info.schema_id
-        for _, header in iter_batches(records):
-            if header.schema_id != known:
-                raise SchemaNotExistError(
-                    f"record batch has schema id {header.schema_id}, but table "
-                    f"'{replica.database}.{replica.table}' has schema id {known}"
-                )
 
     # ---- reads
 

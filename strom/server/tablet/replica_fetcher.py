@@ -140,7 +140,7 @@ class ReplicaFetcherManager:
                     continue
                 try:
                     if result.HasField("records") and result.records:
-                        tablet.append_as_follower(result.records)
+                        tablet.append_as_follower(result.records, replica.batch_check())
                         replica.notify_appended()
                     if result.HasField("high_watermark"):
                         high_watermark = min(result.high_watermark, tablet.log_end_offset)

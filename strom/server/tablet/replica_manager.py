@@ -14,9 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from strom.common.config import LogFormat
 from strom.common.errors import LogStorageError, NotLeaderOrFollowerError, UnknownTableOrBucketError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
+from strom.record.batch_validation import BatchCheck, log_batch_check
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
 
@@ -62,6 +64,7 @@ class Replica:
     # limits a candidate high watermark to what dependent state (RocksDB of a PK table) already holds
     hw_clamp: Callable[[int], int] | None = None
     _arrow_schema: pa.Schema | None = None
+    _batch_check: BatchCheck | None = None
 
     def is_leader(self, server_id: int) -> bool:
         return self.leader == server_id
@@ -139,6 +142,20 @@ class Replica:
         if self._arrow_schema is None:
             self._arrow_schema = self.table_info.schema.to_arrow_schema()
         return self._arrow_schema
+
+    def batch_check(self) -> BatchCheck:
+        """How this table's batches are checked before its log takes them (`batch_validation`): what
+        a client produces and what a follower copies from its leader."""
+        if self._batch_check is None:
+            info = self.table_info
+            current = info.schema_id
+            self._batch_check = log_batch_check(
+                lambda schema_id: self.arrow_schema() if schema_id == current else None,
+                # a primary-key table's changelog is always ARROW (the KV tablet builds it)
+                arrow=info.log_format is LogFormat.ARROW or info.has_primary_key,
+                table=f"{self.database}.{self.table}",
+            )
+        return self._batch_check
 
     def notify_appended(self) -> None:
         waiters, self.waiters = self.waiters, []
