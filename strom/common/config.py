@@ -546,9 +546,42 @@ TABLET_SERVER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
 RPC_MAX_FRAME_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "rpc.max-frame-size",
     MemorySize,
-    MemorySize(128 << 20),
-    "(Strom) Largest RPC frame accepted; a bigger frame is refused with an error before it is read.",
+    MemorySize(32 << 20),
+    "(Strom) Largest RPC frame accepted; a bigger frame is refused with an error as soon as its header "
+    "is read, and its bytes are skipped, not buffered.",
     fallback_keys=("netty.server.max-request-size",),
+)
+RPC_CONNECTION_MAX_PENDING_REQUESTS: ConfigOption[int] = ConfigOption(
+    "rpc.connection.max-pending-requests",
+    int,
+    128,
+    "(Strom) Unanswered requests one connection may have; beyond it, and while its answers go unread, "
+    "the server stops reading the connection.",
+)
+RPC_MAX_BUFFERED_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "rpc.max-buffered-bytes",
+    MemorySize,
+    MemorySize(256 << 20),
+    "(Strom) Request bytes all connections of a server may hold together (partial frames and requests "
+    "in progress); beyond it, connections are not read until requests complete.",
+)
+NETTY_CONNECTION_MAX_IDLE_TIME: ConfigOption[timedelta] = ConfigOption(
+    "netty.connection.max-idle-time",
+    timedelta,
+    timedelta(minutes=10),
+    "Close connections that sent no complete request for this long.",
+)
+RPC_FRAME_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "rpc.frame-timeout",
+    timedelta,
+    timedelta(seconds=60),
+    "(Strom) Close a connection whose started request frame makes no progress for this long.",
+)
+LOG_FETCH_MAX_WAIT_TIME: ConfigOption[timedelta] = ConfigOption(
+    "log.fetch.max-wait-time",
+    timedelta,
+    timedelta(seconds=30),
+    "(Strom) Longest a fetch may long-poll, whatever max_wait_ms it asks for.",
 )
 MAX_PARTITION_NUM: ConfigOption[int] = ConfigOption(
     "max.partition.num", int, 1000, "Most partitions one partitioned table may have."
@@ -741,6 +774,11 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLET_SERVER_HEARTBEAT_INTERVAL,
         TABLET_SERVER_SESSION_TIMEOUT,
         RPC_MAX_FRAME_SIZE,
+        RPC_CONNECTION_MAX_PENDING_REQUESTS,
+        RPC_MAX_BUFFERED_BYTES,
+        NETTY_CONNECTION_MAX_IDLE_TIME,
+        RPC_FRAME_TIMEOUT,
+        LOG_FETCH_MAX_WAIT_TIME,
         MAX_PARTITION_NUM,
         MAX_BUCKET_NUM,
         ALLOW_CREATE_LOG_TABLES,

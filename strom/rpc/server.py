@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -23,7 +24,6 @@ from strom.common.errors import (
 )
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.framing import (
-    DEFAULT_MAX_FRAME_SIZE,
     REQUEST_HEADER,
     RESPONSE_ERROR,
     RESPONSE_SUCCESS,
@@ -31,6 +31,7 @@ from strom.rpc.framing import (
     response_header,
 )
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.limits import MemoryBudget, RpcLimits
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class RpcServer:
         port: int,
         handlers: dict[ApiKey, Handler],
         server_type: ServerType | None,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        limits: RpcLimits | None = None,
         listener: str = "FLUSS",
         guard: RequestGuard | None = None,
     ) -> None:
@@ -98,12 +99,14 @@ class RpcServer:
         self._port = port
         self.handlers = dict(handlers)
         self.server_type = server_type
-        self.max_frame_size = max_frame_size
+        self.limits = limits or RpcLimits()
+        self.budget = MemoryBudget(self.limits.max_buffered_bytes)
         self.listener = listener
         self.guard = guard
         self.sasl = guard is not None and guard.requires_authentication(listener)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self._api_versions_body = self._build_api_versions()
 
     @property
@@ -134,8 +137,27 @@ class RpcServer:
             lambda: _Connection(self), self.host, self._port, reuse_address=True
         )
         log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
+        self._sweeper = loop.create_task(self._sweep(), name=f"{self.name} idle connections")
+
+    async def _sweep(self) -> None:
+        """Closes idle connections and connections whose started frame stopped making progress."""
+        limits = self.limits
+        period = max(0.5, min(limits.idle_timeout, limits.frame_timeout) / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                reason = connection.expired(now, limits)
+                if reason is not None:
+                    log.warning(
+                        "%s: closing the connection from %s: %s", self.name, connection.session.peer, reason
+                    )
+                    connection.abort()
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
             for connection in list(self._connections):
@@ -154,6 +176,11 @@ class _Connection(asyncio.Protocol):
         self.session = Session(peer="?", listener=server.listener)
         if server.guard is not None and not server.sasl:
             self.session.principal = server.guard.anonymous()
+        # flow control (strom.rpc.limits): why reading is paused, and when the peer last made progress
+        self.held = 0  # request bytes this connection holds against the server's budget
+        self.writes_paused = False
+        self.reading_paused = False
+        self.last_request = self.last_data = time.monotonic()
 
     # ---- asyncio.Protocol
 
@@ -165,15 +192,66 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
+        self.server.budget.forget(self)
         for task in self.tasks:
             task.cancel()
+        self._hold(-len(self.buffer))
+        self.buffer.clear()
         self.transport = None
 
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
 
+    def pause_writing(self) -> None:
+        self.writes_paused = True  # the peer is not reading our answers
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.writes_paused = False
+        self._update_reading()
+
+    # ---- flow control
+
+    def _hold(self, size: int) -> None:
+        if size:
+            self.held += size
+            if size > 0:
+                self.server.budget.take(size)
+            else:
+                self.server.budget.release(-size)
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        budget = self.server.budget
+        pause = (
+            self.writes_paused
+            or len(self.tasks) >= self.server.limits.max_pending_requests
+            or (budget.exhausted and self.held > 0)
+        )
+        if pause and not self.reading_paused:
+            self.reading_paused = True
+            transport.pause_reading()
+            if budget.exhausted:
+                budget.wait(self, self._update_reading)
+        elif not pause and self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
+
+    def expired(self, now: float, limits: RpcLimits) -> str | None:
+        """Why the sweeper should close this connection, if it should."""
+        if self.tasks or self.reading_paused:
+            return None  # busy, or waiting on us: not the peer's fault
+        if self.buffer and now - self.last_data > limits.frame_timeout:
+            return f"a request frame made no progress for {limits.frame_timeout:.0f}s"
+        if now - self.last_request > limits.idle_timeout:
+            return f"no request for {limits.idle_timeout:.0f}s"
+        return None
+
     def data_received(self, data: bytes) -> None:
+        self.last_data = time.monotonic()
         if self.discard:
             skipped = min(self.discard, len(data))
             self.discard -= skipped
@@ -182,9 +260,10 @@ class _Connection(asyncio.Protocol):
                 return
         buffer = self.buffer
         buffer += data
+        self._hold(len(data))
         pos = 0
         end = len(buffer)
-        max_frame = self.server.max_frame_size
+        max_frame = self.server.limits.max_frame_size
         while end - pos >= 4:
             length = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
             if length < 8:
@@ -194,6 +273,7 @@ class _Connection(asyncio.Protocol):
                     length,
                     self.session.peer,
                 )
+                del buffer[:pos]  # what was dispatched is held by its requests
                 self.abort()
                 return
             if length > max_frame:
@@ -204,6 +284,14 @@ class _Connection(asyncio.Protocol):
                 self.discard = length - available if available < length else 0
                 consumed = min(length, available)
                 pos += 4 + consumed
+                self._hold(-(4 + consumed))  # skipped, not kept
+                log.warning(
+                    "%s: refused a %d-byte frame (api key %d) from %s",
+                    self.server.name,
+                    length,
+                    key,
+                    self.session.peer,
+                )
                 self._send_error(
                     request_id,
                     CorruptMessageError(
@@ -217,16 +305,24 @@ class _Connection(asyncio.Protocol):
             _, key, version, request_id = REQUEST_HEADER.unpack_from(buffer, pos)
             body = bytes(buffer[pos + REQUEST_HEADER.size : pos + 4 + length])
             pos += 4 + length
-            self._dispatch(RequestHeader(key, version, request_id), body)
+            self.last_request = self.last_data
+            self._dispatch(RequestHeader(key, version, request_id), body, 4 + length)
         if pos:
             del buffer[:pos]
+        self._update_reading()
 
     # ---- request handling
 
-    def _dispatch(self, header: RequestHeader, body: bytes) -> None:
+    def _dispatch(self, header: RequestHeader, body: bytes, size: int) -> None:
+        """Handle a request in its own task; its bytes stay held until it is answered."""
         task = asyncio.get_running_loop().create_task(self._handle(header, body))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: self._done(t, size))
+
+    def _done(self, task: asyncio.Task[None], size: int) -> None:
+        self.tasks.discard(task)
+        self._hold(-size)
+        self._update_reading()
 
     async def _handle(self, header: RequestHeader, body: bytes) -> None:
         server = self.server

@@ -6,6 +6,7 @@ import asyncio
 
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RpcServer
 from strom.security.layer import SecurityLayer
 from strom.security.listeners import ListenerSettings, format_endpoints
@@ -21,7 +22,7 @@ class ListenerGroup:
         listeners: ListenerSettings,
         handlers: dict[ApiKey, Handler],
         server_type: ServerType,
-        max_frame_size: int,
+        limits: RpcLimits,
         security: SecurityLayer,
     ) -> None:
         self.listeners = listeners
@@ -33,7 +34,7 @@ class ListenerGroup:
                 port=endpoint.port,
                 handlers=handlers,
                 server_type=server_type,
-                max_frame_size=max_frame_size,
+                limits=limits,
                 listener=endpoint.listener,
                 guard=security,
             )

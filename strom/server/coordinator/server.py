@@ -14,6 +14,7 @@ from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings
@@ -106,7 +107,7 @@ class CoordinatorServer:
             listeners=listeners,
             handlers=handlers,
             server_type=ServerType.COORDINATOR,
-            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+            limits=RpcLimits.from_config(self.config),
             security=self.security,
         )
         self._tasks: list[asyncio.Task[None]] = []

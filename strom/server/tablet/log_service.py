@@ -72,9 +72,12 @@ class _TableRead:
 
 
 class LogService:
-    def __init__(self, replicas: ReplicaManager, min_in_sync_replicas: int = 1) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, min_in_sync_replicas: int = 1, max_wait_seconds: float = 30.0
+    ) -> None:
         self.replicas = replicas
         self.min_in_sync_replicas = min_in_sync_replicas
+        self.max_wait_seconds = max_wait_seconds  # log.fetch.max-wait-time: no fetch holds longer
 
     # ---- writes
 
@@ -227,7 +230,8 @@ class LogService:
         return len(fetched.records)
 
     async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
-        max_wait = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
+        asked = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
+        max_wait = min(max(asked, 0.0), self.max_wait_seconds)
         min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
         deadline = time.monotonic() + max_wait
         while True:

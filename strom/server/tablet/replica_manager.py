@@ -173,11 +173,26 @@ def replica_directory(
     data_dir: Path, database: str, table: str, bucket: TableBucket, partition_name: str | None
 ) -> Path:
     """`<data>/<db>/<table>-<table_id>[/<partition>-p<partition_id>]/bucket-<n>`: readable by a human,
-    unique by ids (a re-created table with the same name gets a new directory)."""
+    unique by ids (a re-created table with the same name gets a new directory).
+
+    Names come from requests, so each must be one plain path component, and the result must stay
+    inside `data_dir` (LogStorageError otherwise): a replica is never created anywhere else."""
+    for what, name in (("database", database), ("table", table), ("partition", partition_name)):
+        if name is not None and not _is_plain_component(name):
+            raise LogStorageError(f"{what} name {name!r} cannot name a directory of {bucket}")
     path = data_dir / database / f"{table}-{bucket.table_id}"
     if bucket.partition_id is not None:
         path = path / f"{partition_name}-p{bucket.partition_id}"
-    return path / f"bucket-{bucket.bucket}"
+    path = path / f"bucket-{bucket.bucket}"
+    if not path.resolve().is_relative_to(data_dir.resolve()):
+        raise LogStorageError(f"the directory of {bucket} would lie outside {data_dir}")
+    return path
+
+
+def _is_plain_component(name: str) -> bool:
+    return (
+        bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+    )
 
 
 class ReplicaManager:

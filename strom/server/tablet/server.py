@@ -17,7 +17,7 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.errors import FlussError
+from strom.common.errors import FlussError, UnknownTableOrBucketError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
@@ -25,6 +25,7 @@ from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
@@ -83,7 +84,9 @@ class TabletServer:
         self.pool = ConnectionPool(sasl=security.internal_login)
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
         self.log_service = LogService(
-            self.replica_manager, self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER)
+            self.replica_manager,
+            self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+            self.config.get(options.LOG_FETCH_MAX_WAIT_TIME).total_seconds(),
         )
         self.fetchers = ReplicaFetcherManager(
             server_id,
@@ -150,7 +153,7 @@ class TabletServer:
             listeners=listeners,
             handlers=handlers,
             server_type=ServerType.TABLET_SERVER,
-            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+            limits=RpcLimits.from_config(self.config),
             security=self.security,
         )
         self.acl_sync = (
@@ -477,10 +480,21 @@ class TabletServer:
                 table_info = await self._table_info(
                     bucket.table_id, TablePath(path.database_name, path.table_name)
                 )
+                known = table_info.table_path
+                if (path.database_name, path.table_name) != (known.database_name, known.table_name):
+                    raise UnknownTableOrBucketError(
+                        f"table id {bucket.table_id} is '{known}', "
+                        f"not '{path.database_name}.{path.table_name}'"
+                    )
+                if not 0 <= bucket.bucket < table_info.bucket_count:
+                    raise UnknownTableOrBucketError(
+                        f"table '{known}' has {table_info.bucket_count} buckets, "
+                        f"not a bucket {bucket.bucket}"
+                    )
                 self.replica_manager.become_leader_or_follower(
                     bucket,
-                    database=path.database_name,
-                    table=path.table_name,
+                    database=known.database_name,
+                    table=known.table_name,
                     partition_name=path.partition_name if path.HasField("partition_name") else None,
                     table_info=table_info,
                     leader=entry.leader,
