@@ -27,6 +27,7 @@ from strom.common.errors import (
     TableNotPartitionedError,
     TooManyPartitionsError,
 )
+from strom.common.json_limits import check_json_bounds
 from strom.common.partition import (
     PARTITION_SEPARATOR,
     parse_partition_name,
@@ -120,8 +121,9 @@ class MetadataService:
         validate_database_name(name)
         if request.HasField("database_json") and request.database_json:
             try:
+                check_json_bounds(request.database_json, "database descriptor")
                 descriptor = DatabaseDescriptor.from_json(json.loads(request.database_json))
-            except (ValueError, TypeError, KeyError) as e:
+            except (ValueError, TypeError, KeyError, OverflowError) as e:
                 raise InvalidDatabaseError(f"Invalid database descriptor for '{name}': {e}") from None
         else:
             descriptor = DatabaseDescriptor()
