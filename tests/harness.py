@@ -131,3 +131,19 @@ def sasl_login(user: str, password: str) -> dict[str, str]:
         "security.sasl.username": user,
         "security.sasl.password": password,
     }
+
+
+def add_client_listener(cluster: Cluster, client_protocol: str = "PLAINTEXT") -> str:
+    """Gives every server of a not-yet-started cluster a CLIENT listener besides its INTERNAL one (the
+    port the harness already uses, which servers use among themselves), as Fluss's recommended layout
+    does; returns the clients' bootstrap address. Each server's CLIENT port is `server.client_port`."""
+    for server in [cluster.coordinator, *cluster.tablet_servers.values()]:
+        client_port = free_port()
+        server.config = {
+            **server.config,
+            "bind.listeners": f"INTERNAL://127.0.0.1:{server.port},CLIENT://127.0.0.1:{client_port}",
+            "internal.listener.name": "INTERNAL",
+            "security.protocol.map": f"CLIENT:{client_protocol},INTERNAL:PLAINTEXT",
+        }
+        server.client_port = client_port  # type: ignore[attr-defined]
+    return f"127.0.0.1:{cluster.coordinator.client_port}"  # type: ignore[attr-defined]

@@ -166,6 +166,10 @@ class RpcServer:
             self._server = None
 
 
+# requests that cannot be understood at all: worth a line in the log (with the peer, not the payload)
+_MALFORMED = (CorruptMessageError, UnsupportedVersionError)
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
@@ -368,6 +372,10 @@ class _Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except FlussError as e:
+            if isinstance(e, _MALFORMED):
+                log.warning(
+                    "%s: refused api key %d from %s: %s", server.name, header.api_key, self.session.peer, e
+                )
             self._send_error(header.request_id, e)
         except Exception as e:
             log.exception("%s: unexpected error handling api key %d", server.name, header.api_key)

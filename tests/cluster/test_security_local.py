@@ -16,7 +16,7 @@ from typing import Any
 import fluss
 import pyarrow as pa
 import pytest
-from harness import Cluster, run_pyfluss, sasl_login
+from harness import Cluster, add_client_listener, run_pyfluss, sasl_login
 
 from strom.common.errors import AuthorizationError
 from strom.rpc.api import ApiKey
@@ -116,30 +116,21 @@ def test_strom_local_with_sasl_and_acls_tiers_to_the_lake(tmp_path: Path) -> Non
         process.wait(60)
 
 
-def two_listener_cluster(base: Path) -> Cluster:
+def two_listener_cluster(base: Path) -> tuple[Cluster, str]:
     """Clients on CLIENT (SASL), servers among themselves on INTERNAL (PLAINTEXT), as Fluss recommends."""
     config = {
-        "security.protocol.map": "CLIENT:SASL,INTERNAL:PLAINTEXT",
-        "internal.listener.name": "INTERNAL",
         "security.sasl.plain.jaas.config": JAAS,
         "authorizer.enabled": "true",
         "super.users": "User:admin",
     }
     cluster = Cluster(base, tablet_servers=2, config=config)
-    for server in [cluster.coordinator, *cluster.tablet_servers.values()]:
-        client_port = free_port()
-        server.config = {
-            **server.config,
-            "bind.listeners": f"INTERNAL://127.0.0.1:{server.port},CLIENT://127.0.0.1:{client_port}",
-        }
-        server.client_port = client_port  # type: ignore[attr-defined]
-    return cluster
+    return cluster, add_client_listener(cluster, "SASL")
 
 
 def test_two_listeners_clients_use_sasl_servers_replicate_on_the_internal_one(tmp_path: Path) -> None:
-    cluster = two_listener_cluster(tmp_path).start()
+    cluster, client_bootstrap = two_listener_cluster(tmp_path)
+    cluster.start()
     try:
-        client_bootstrap = f"127.0.0.1:{cluster.coordinator.client_port}"  # type: ignore[attr-defined]
         client_ports = {s.client_port for s in cluster.tablet_servers.values()}  # type: ignore[attr-defined]
 
         async def write_and_read(conn: Any) -> tuple[set[int], list[int]]:

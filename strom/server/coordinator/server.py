@@ -26,6 +26,7 @@ from strom.server.coordinator.lake_service import LakeService
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.registration import check_registration
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.store.base import TableRecord
@@ -139,6 +140,7 @@ class CoordinatorServer:
     async def _register_tablet_server(
         self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
     ) -> internal.RegisterTabletServerResponse:
+        await check_registration(request, self.membership)
         server, replaced = self.membership.register(
             request.server_id,
             request.host,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from strom.common.errors import (
+    CorruptRecordError,
     FlussError,
     InvalidColumnProjectionError,
     InvalidRequiredAcksError,
@@ -116,6 +117,8 @@ class LogService:
                 if request.acks == -1:
                     waits.append((result, replica, appended.last_offset + 1))
             except FlussError as e:
+                if isinstance(e, CorruptRecordError):
+                    log.warning("refused a produce batch for %s from %s: %s", bucket, ctx.peer, e.message)
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000

@@ -201,6 +201,8 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.log_config = log_config
         self.replicas: dict[TableBucket, Replica] = {}
+        # tables whose last replica here was deleted (dropped): requests for them are for no bucket
+        self.deleted_tables: set[int] = set()
         # role-change hooks: the tablet server starts and stops follower fetching (and KV tablets)
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
@@ -214,6 +216,9 @@ class ReplicaManager:
 
     def leader_replica(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)
+        if replica is None and bucket.table_id in self.deleted_tables:
+            # not retriable in effect: no leader will ever come back for it
+            raise UnknownTableOrBucketError(f"{bucket} belongs to a dropped table")
         if replica is None or not replica.is_leader(self.server_id):
             leader = replica.leader if replica else None
             raise NotLeaderOrFollowerError(
@@ -238,6 +243,7 @@ class ReplicaManager:
     ) -> Replica:
         replica = self.replicas.get(bucket)
         if replica is None:
+            self.deleted_tables.discard(bucket.table_id)
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
             directory.mkdir(parents=True, exist_ok=True)
             meta = directory / "replica.json"
@@ -291,6 +297,8 @@ class ReplicaManager:
 
     def stop_replica(self, bucket: TableBucket, delete: bool) -> Replica | None:
         replica = self.replicas.pop(bucket, None)
+        if delete and replica is not None and not any(b.table_id == bucket.table_id for b in self.replicas):
+            self.deleted_tables.add(bucket.table_id)
         if replica is not None:
             self.on_stopped(replica)
             replica.close()

@@ -21,7 +21,7 @@ from strom.common.errors import FlussError, UnknownTableOrBucketError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
-from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
@@ -419,12 +419,20 @@ class TabletServer:
     # ---- handlers
 
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
-        key = _KEY_BY_REQUEST_TYPE[type(request)]
-        return await self._coordinator_request(key, request)
+        return await self._pass_on(_KEY_BY_REQUEST_TYPE[type(request)], request)
+
+    async def _pass_on(self, key: ApiKey, request: Message) -> Any:
+        """Send a client's request to the coordinator as it came, even with required fields missing:
+        the coordinator answers those with the right error code."""
+        connection = await self.pool.get(*self.coordinator)
+        body = await connection.request_raw(key, request.SerializePartialToString())
+        response = api_spec(key).response_type()
+        response.ParseFromString(body)
+        return response
 
     async def _metadata(self, request: pb.MetadataRequest, ctx: RequestContext) -> Message:
         """Metadata from the coordinator, with the addresses of the listener this client came through."""
-        response = await self._coordinator_request(ApiKey.GET_METADATA, request)
+        response = await self._pass_on(ApiKey.GET_METADATA, request)
         listener = ctx.session.listener
         coordinator = response.coordinator_server
         address = endpoint_on(listener, self._coordinator_listeners, (coordinator.host, coordinator.port))
