@@ -40,6 +40,7 @@ from strom.rpc.framing import RESPONSE_HEADER, encode_request
 from strom.rpc.gen import fluss_api_pb2 as pb
 
 UNKNOWN_SERVER_ERROR = -1
+FUZZ_DATABASE = "fuzzdata"
 EXTREME_INTS = (0, -1, 1, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63), 255, 65536)
 EXTREME_STRINGS = ("", "../../escape-fuzz", "/tmp/escape-fuzz", "a" * 300, "\u00e9\u0000x", "fluss", ".")
 LOG_HEADER_FIELDS = {  # offset, format of forgeable LogRecordBatch header fields (V0/V1)
@@ -62,6 +63,7 @@ class Target:
     log_batch: bytes  # a valid batch for the log table
     kv_batch: bytes  # a valid KV batch for the PK table
     scratch_database: str = "fuzz_scratch"
+    database: str = FUZZ_DATABASE  # not among the mutation strings, so mutations rarely drop it
     log_table: str = "fuzz_log"
     pk_table: str = "fuzz_pk"
 
@@ -94,7 +96,7 @@ def _path(message: Any, database: str, table: str) -> Any:
 def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
     """One valid request per API a client (or a forger) can send."""
 
-    def with_path(message: Any, table: str, database: str = "fluss") -> Any:
+    def with_path(message: Any, table: str, database: str = t.database) -> Any:
         _path(message.table_path, database, table)
         return message
 
@@ -116,7 +118,7 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
 
     def metadata() -> Message:
         request = pb.MetadataRequest()
-        _path(request.table_path.add(), "fluss", t.log_table)
+        _path(request.table_path.add(), t.database, t.log_table)
         return request
 
     def lookup() -> Message:
@@ -158,8 +160,8 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
             database_name=t.scratch_database, ignore_if_not_exists=True, cascade=True
         ),
         ApiKey.LIST_DATABASES: lambda: pb.ListDatabasesRequest(include_summary=True),
-        ApiKey.DATABASE_EXISTS: lambda: pb.DatabaseExistsRequest(database_name="fluss"),
-        ApiKey.GET_DATABASE_INFO: lambda: pb.GetDatabaseInfoRequest(database_name="fluss"),
+        ApiKey.DATABASE_EXISTS: lambda: pb.DatabaseExistsRequest(database_name=t.database),
+        ApiKey.GET_DATABASE_INFO: lambda: pb.GetDatabaseInfoRequest(database_name=t.database),
         ApiKey.CREATE_TABLE: lambda: with_path(
             pb.CreateTableRequest(
                 table_json=b'{"version":1,"schema":{"version":1,"columns":[{"name":"a","data_type":'
@@ -173,7 +175,7 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
             pb.DropTableRequest(ignore_if_not_exists=True), "t", t.scratch_database
         ),
         ApiKey.GET_TABLE_INFO: lambda: with_path(pb.GetTableInfoRequest(), t.log_table),
-        ApiKey.LIST_TABLES: lambda: pb.ListTablesRequest(database_name="fluss"),
+        ApiKey.LIST_TABLES: lambda: pb.ListTablesRequest(database_name=t.database),
         ApiKey.TABLE_EXISTS: lambda: with_path(pb.TableExistsRequest(), t.log_table),
         ApiKey.GET_TABLE_SCHEMA: lambda: with_path(pb.GetTableSchemaRequest(), t.log_table),
         ApiKey.LIST_PARTITION_INFOS: lambda: with_path(pb.ListPartitionInfosRequest(), t.log_table),
@@ -194,7 +196,7 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
             follower_server_id=-1, offset_type=1, table_id=t.log_table_id, bucket_id=[0]
         ),
         ApiKey.INIT_WRITER: lambda: pb.InitWriterRequest(
-            table_path=[pb.PbTablePath(database_name="fluss", table_name=t.log_table)]
+            table_path=[pb.PbTablePath(database_name=t.database, table_name=t.log_table)]
         ),
         ApiKey.GET_LATEST_KV_SNAPSHOTS: lambda: with_path(pb.GetLatestKvSnapshotsRequest(), t.pk_table),
         ApiKey.GET_KV_SNAPSHOT_METADATA: lambda: pb.GetKvSnapshotMetadataRequest(
@@ -369,6 +371,7 @@ def seed_tables(fc: FuzzCluster) -> None:
     async def body(conn: Any) -> None:
         admin = conn.get_admin()
         await admin.create_database("kept", ignore_if_exists=True)
+        await admin.create_database(FUZZ_DATABASE, ignore_if_exists=True)
         schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
         await admin.create_table(
             fluss.TablePath("kept", "reference"),
@@ -378,7 +381,7 @@ def seed_tables(fc: FuzzCluster) -> None:
         )
         for name, pk in (("fuzz_log", None), ("fuzz_pk", ["id"])):
             descriptor = fluss.TableDescriptor(fluss.Schema(schema, primary_keys=pk), bucket_count=1)
-            await admin.create_table(fluss.TablePath("fluss", name), descriptor)
+            await admin.create_table(fluss.TablePath(FUZZ_DATABASE, name), descriptor)
         table = await conn.get_table(fluss.TablePath("kept", "reference"))
         writer = table.new_append().create_writer()
         writer.write_arrow(pa.table({"id": [i for i, _ in REFERENCE], "v": [v for _, v in REFERENCE]}))
@@ -421,7 +424,7 @@ def table_ids(fc: FuzzCluster, *paths: tuple[str, str]) -> list[int]:
 
 
 def fuzz_target(fc: FuzzCluster) -> Target:
-    log_id, pk_id = table_ids(fc, ("fluss", "fuzz_log"), ("fluss", "fuzz_pk"))
+    log_id, pk_id = table_ids(fc, (FUZZ_DATABASE, "fuzz_log"), (FUZZ_DATABASE, "fuzz_pk"))
     records = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
     row = CompactedRowEncoder([BIGINT().copy(nullable=False), STRING()]).encode((1, "a"))
     key = CompactedKeyEncoder([BIGINT().copy(nullable=False)]).encode([1])
