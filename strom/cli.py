@@ -207,6 +207,7 @@ def tiering(
     The lake is configured like Fluss's tiering job: --config datalake.format=iceberg and
     --config datalake.iceberg.<catalog property>=... (the prefix is stripped).
     """
+    from strom.security.credentials import client_properties
     from strom.spark.tiering.runner import LocalSplitRunner, SparkSplitRunner
     from strom.spark.tiering.service import TieringService, TieringSettings
 
@@ -223,6 +224,7 @@ def tiering(
         lake_format=lake_format,
         lake_properties={k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)},
         poll_interval=poll_interval,
+        client_properties=client_properties(config),
     )
     split_runner: LocalSplitRunner | SparkSplitRunner
     if runner == "spark":
@@ -319,6 +321,7 @@ def local(
     """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
+    from strom.security.credentials import client_properties
     from strom.server import local_cluster
 
     console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
@@ -358,7 +361,9 @@ def local(
         )
         for i in range(tablet_servers)
     ]
+    # the tiering service logs in as the servers do (a super user) when the cluster uses SASL
     tiering_config = {k: v for k, v in config.items() if k.startswith("datalake.")}
+    tiering_config.update(client_properties(config))
     tiering_process = (
         ServerProcess(
             TIERING,
@@ -461,6 +466,9 @@ def local(
 
 def _register_commands() -> None:
     """Adds the administrative commands of `strom.commands` to `main`; each module adds one line here."""
+    from strom.commands.acl import acl
+
+    main.add_command(acl)
 
 
 _register_commands()

@@ -131,15 +131,49 @@ class Cluster:
         return "\n".join(parts)
 
 
-def run_pyfluss(bootstrap: str, body: Callable[[Any], Awaitable[Any]], timeout: float = 90) -> Any:
-    """Runs `body(connection)` with an official pyfluss connection to the cluster, then closes it."""
+def run_pyfluss(
+    bootstrap: str,
+    body: Callable[[Any], Awaitable[Any]],
+    timeout: float = 90,
+    properties: dict[str, str] | None = None,
+) -> Any:
+    """Runs `body(connection)` with an official pyfluss connection to the cluster, then closes it.
+
+    `properties` are more pyfluss settings, e.g. SASL credentials (see `sasl_login`)."""
     import fluss
 
     async def main() -> Any:
-        connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
+        config = fluss.Config({"bootstrap.servers": bootstrap, **(properties or {})})
+        connection = await fluss.FlussConnection.create(config)
         try:
             return await asyncio.wait_for(body(connection), timeout)
         finally:
             await connection.close()
 
     return asyncio.run(main())
+
+
+def sasl_login(user: str, password: str) -> dict[str, str]:
+    """pyfluss settings for a SASL/PLAIN login."""
+    return {
+        "security.protocol": "sasl",
+        "security.sasl.mechanism": "PLAIN",
+        "security.sasl.username": user,
+        "security.sasl.password": password,
+    }
+
+
+def add_client_listener(cluster: Cluster, client_protocol: str = "PLAINTEXT") -> str:
+    """Gives every server of a not-yet-started cluster a CLIENT listener besides its INTERNAL one (the
+    port the harness already uses, which servers use among themselves), as Fluss's recommended layout
+    does; returns the clients' bootstrap address. Each server's CLIENT port is `server.client_port`."""
+    for server in [cluster.coordinator, *cluster.tablet_servers.values()]:
+        client_port = free_port()
+        server.config = {
+            **server.config,
+            "bind.listeners": f"INTERNAL://127.0.0.1:{server.port},CLIENT://127.0.0.1:{client_port}",
+            "internal.listener.name": "INTERNAL",
+            "security.protocol.map": f"CLIENT:{client_protocol},INTERNAL:PLAINTEXT",
+        }
+        server.client_port = client_port  # type: ignore[attr-defined]
+    return f"127.0.0.1:{cluster.coordinator.client_port}"  # type: ignore[attr-defined]

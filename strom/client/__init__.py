@@ -20,8 +20,21 @@ from strom.common.schema import Column, Schema
 from strom.common.table_descriptor import DatabaseDescriptor, DatabaseInfo, TableDescriptor, TableInfo
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.rpc.api import ServerType
+from strom.security.acl import (
+    AclBinding,
+    AclEntry,
+    AclFilter,
+    OperationType,
+    PermissionType,
+    Principal,
+    Resource,
+    ResourceType,
+)
 
 __all__ = [
+    "AclBinding",
+    "AclEntry",
+    "AclFilter",
     "Admin",
     "ClientConfig",
     "ClientConfigError",
@@ -34,10 +47,15 @@ __all__ = [
     "LakeSnapshot",
     "Lookuper",
     "OffsetSpec",
+    "OperationType",
     "PartitionInfo",
     "PartitionSpec",
+    "PermissionType",
     "PhysicalTablePath",
     "PrefixLookuper",
+    "Principal",
+    "Resource",
+    "ResourceType",
     "Schema",
     "SchemaInfo",
     "ServerNode",

@@ -47,6 +47,7 @@ from strom.common.table_path import PARTITION_SEPARATOR, PhysicalTablePath, Tabl
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.security.acl import AclBinding, AclFilter
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,40 @@ class Admin:
         """The coordinator and the live tablet servers, freshly asked of the bootstrap servers."""
         cluster = await self._metadata.bootstrap()
         return cluster.server_nodes()
+
+    # ------------------------------------------------------------------ access control lists
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Grants each binding; raises the first refusal (the others are still applied)."""
+        request = pb.CreateAclsRequest()
+        for binding in bindings:
+            request.acl.append(binding.to_pb())
+        response = await self._call(ApiKey.CREATE_ACLS, request, read_only=False)
+        errors = [r for r in response.aclRes if r.HasField("error_code") and r.error_code != 0]
+        if errors:
+            raise error_for_code(errors[0].error_code, errors[0].error_message)
+
+    async def list_acls(self, acl_filter: AclFilter | None = None) -> list[AclBinding]:
+        """The ACLs matching the filter (all by default) that the caller may describe."""
+        request = pb.ListAclsRequest(acl_filter=(acl_filter or AclFilter()).to_pb())
+        response = await self._call(ApiKey.LIST_ACLS, request, read_only=True)
+        return sorted(AclBinding.from_pb(info) for info in response.acl)
+
+    async def drop_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Revokes every ACL matching one of the filters and returns them; raises the first refusal."""
+        request = pb.DropAclsRequest()
+        for acl_filter in filters:
+            request.acl_filter.append(acl_filter.to_pb())
+        response = await self._call(ApiKey.DROP_ACLS, request, read_only=False)
+        removed: list[AclBinding] = []
+        for result in response.filter_results:
+            if result.HasField("error_code") and result.error_code != 0:
+                raise error_for_code(result.error_code, result.error_message)
+            for match in result.matching_acls:
+                if match.HasField("error_code") and match.error_code != 0:
+                    raise error_for_code(match.error_code, match.error_message)
+                removed.append(AclBinding.from_pb(match.acl))
+        return removed
 
     # ------------------------------------------------------------------ snapshots
 

@@ -21,6 +21,7 @@ from strom.common import config as cfg
 from strom.common.config import ConfigOption, Configuration, MemorySize, NoKeyAssigner, to_config_string
 from strom.common.errors import ConfigError
 from strom.rpc.client import SaslPlain
+from strom.security.jaas import parse_jaas_credentials
 
 DEFAULT_BOOTSTRAP_SERVERS = ("127.0.0.1:9123",)  # what `strom local` prints, and pyfluss's default
 MAX_INFLIGHT_REQUESTS_PER_BUCKET_FOR_IDEMPOTENCE = 5
@@ -215,7 +216,6 @@ _PYFLUSS_KEYS: dict[str, tuple[str, str | None]] = {
 }
 
 _DIGITS = re.compile(r"\s*[0-9]+\s*")
-_JAAS_VALUE = r'{}\s*=\s*"((?:[^"\\]|\\.)*)"'
 
 
 def _as_string(value: object) -> str:
@@ -235,16 +235,6 @@ def _normalize(properties: Mapping[str, object]) -> dict[str, str]:
             text = text.strip() + unit
         result.setdefault(fluss_key, text)
     return result
-
-
-def parse_jaas_credentials(jaas: str) -> tuple[str | None, str | None]:
-    """Username and password from a PlainLoginModule JAAS line (either may be missing)."""
-
-    def find(name: str) -> str | None:
-        match = re.search(_JAAS_VALUE.format(name), jaas)
-        return None if match is None else re.sub(r"\\(.)", r"\1", match.group(1))
-
-    return find("username"), find("password")
 
 
 def parse_address(address: str) -> tuple[str, int]:

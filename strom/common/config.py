@@ -416,6 +416,53 @@ ADVERTISED_LISTENERS: ConfigOption[str] = ConfigOption(
 INTERNAL_LISTENER_NAME: ConfigOption[str] = ConfigOption(
     "internal.listener.name", str, "FLUSS", "Which listener servers use to reach each other."
 )
+SECURITY_PROTOCOL_MAP: ConfigOption[str] = ConfigOption(
+    "security.protocol.map",
+    str,
+    "",
+    "Authentication protocol per listener, e.g. CLIENT:SASL,INTERNAL:PLAINTEXT; listeners not named use "
+    "PLAINTEXT. With no bind.listeners and one entry here, the server's single listener takes its name.",
+)
+SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
+    "security.sasl.enabled.mechanisms",
+    list,
+    ["PLAIN"],
+    "SASL mechanisms servers accept on SASL listeners; only PLAIN is supported.",
+)
+SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+    "security.sasl.plain.jaas.config",
+    str,
+    None,
+    "Server-side JAAS line for SASL/PLAIN listing the users: "
+    'org.apache.fluss.security.auth.sasl.plain.PlainLoginModule required user_<name>="<password>" ...; '
+    "security.sasl.listener.name.<listener>.plain.jaas.config overrides it for one listener.",
+)
+SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str] = ConfigOption(
+    "security.sasl.plain.credentials",
+    str,
+    None,
+    "SASL/PLAIN users as name:password pairs (admin:admin-secret,bob:bob-secret); shorthand for "
+    "security.sasl.plain.jaas.config, which wins when both are set.",
+)
+AUTHORIZER_ENABLED: ConfigOption[bool] = ConfigOption(
+    "authorizer.enabled",
+    bool,
+    False,
+    "Whether requests are checked against ACLs; when off every authenticated principal may do anything.",
+)
+SUPER_USERS: ConfigOption[str] = ConfigOption(
+    "super.users",
+    str,
+    None,
+    "Principals allowed everything, semicolon-separated (User:admin;User:ops).",
+)
+AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "authorizer.acl-refresh-interval",
+    timedelta,
+    timedelta(seconds=1),
+    "(Strom) How often tablet servers reload the ACLs from the coordinator, so a grant or revoke takes "
+    "effect cluster-wide within this time.",
+)
 DATA_DIR: ConfigOption[str] = ConfigOption(
     "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
 )
@@ -501,9 +548,42 @@ TABLET_SERVER_SESSION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
 RPC_MAX_FRAME_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "rpc.max-frame-size",
     MemorySize,
-    MemorySize(128 << 20),
-    "(Strom) Largest RPC frame accepted; a bigger frame is refused with an error before it is read.",
+    MemorySize(32 << 20),
+    "(Strom) Largest RPC frame accepted; a bigger frame is refused with an error as soon as its header "
+    "is read, and its bytes are skipped, not buffered.",
     fallback_keys=("netty.server.max-request-size",),
+)
+RPC_CONNECTION_MAX_PENDING_REQUESTS: ConfigOption[int] = ConfigOption(
+    "rpc.connection.max-pending-requests",
+    int,
+    128,
+    "(Strom) Unanswered requests one connection may have; beyond it, and while its answers go unread, "
+    "the server stops reading the connection.",
+)
+RPC_MAX_BUFFERED_BYTES: ConfigOption[MemorySize] = ConfigOption(
+    "rpc.max-buffered-bytes",
+    MemorySize,
+    MemorySize(256 << 20),
+    "(Strom) Request bytes all connections of a server may hold together (partial frames and requests "
+    "in progress); beyond it, connections are not read until requests complete.",
+)
+NETTY_CONNECTION_MAX_IDLE_TIME: ConfigOption[timedelta] = ConfigOption(
+    "netty.connection.max-idle-time",
+    timedelta,
+    timedelta(minutes=10),
+    "Close connections that sent no complete request for this long.",
+)
+RPC_FRAME_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+    "rpc.frame-timeout",
+    timedelta,
+    timedelta(seconds=60),
+    "(Strom) Close a connection whose started request frame makes no progress for this long.",
+)
+LOG_FETCH_MAX_WAIT_TIME: ConfigOption[timedelta] = ConfigOption(
+    "log.fetch.max-wait-time",
+    timedelta,
+    timedelta(seconds=30),
+    "(Strom) Longest a fetch may long-poll, whatever max_wait_ms it asks for.",
 )
 MAX_PARTITION_NUM: ConfigOption[int] = ConfigOption(
     "max.partition.num", int, 1000, "Most partitions one partitioned table may have."
@@ -673,6 +753,13 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         BIND_LISTENERS,
         ADVERTISED_LISTENERS,
         INTERNAL_LISTENER_NAME,
+        SECURITY_PROTOCOL_MAP,
+        SECURITY_SASL_ENABLED_MECHANISMS,
+        SECURITY_SASL_PLAIN_JAAS_CONFIG,
+        SECURITY_SASL_PLAIN_CREDENTIALS,
+        AUTHORIZER_ENABLED,
+        SUPER_USERS,
+        AUTHORIZER_ACL_REFRESH_INTERVAL,
         DATA_DIR,
         REMOTE_DATA_DIR,
         REMOTE_DATA_DIRS,
@@ -689,6 +776,11 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLET_SERVER_HEARTBEAT_INTERVAL,
         TABLET_SERVER_SESSION_TIMEOUT,
         RPC_MAX_FRAME_SIZE,
+        RPC_CONNECTION_MAX_PENDING_REQUESTS,
+        RPC_MAX_BUFFERED_BYTES,
+        NETTY_CONNECTION_MAX_IDLE_TIME,
+        RPC_FRAME_TIMEOUT,
+        LOG_FETCH_MAX_WAIT_TIME,
         MAX_PARTITION_NUM,
         MAX_BUCKET_NUM,
         ALLOW_CREATE_LOG_TABLES,

@@ -130,6 +130,8 @@ def predicate_from_pb(message: Any) -> Predicate:
             )
         if message.type == 1:
             compound = message.compound
+            if not compound.children:
+                raise ValueError("a compound predicate needs at least one child")
             return Compound(
                 CompoundFunction(compound.function),
                 tuple(predicate_from_pb(child) for child in compound.children),
@@ -217,7 +219,7 @@ class BatchFilter:
             return False
         try:
             return bool(pc.any(self.mask(batch)).as_py())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, TypeError):
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
             return True  # cannot evaluate (type mismatch): keep the batch, the client filters again
 
 

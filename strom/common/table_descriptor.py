@@ -30,6 +30,7 @@ from strom.common.config import (
     LogFormat,
     MergeEngineType,
 )
+from strom.common.json_limits import json_int
 from strom.common.schema import Schema
 from strom.common.table_path import TablePath
 
@@ -202,7 +203,7 @@ class TableDescriptor:
             schema=schema,
             partition_keys=[str(k) for k in obj["partition_key"]],
             bucket_keys=[str(k) for k in obj.get("bucket_key") or []],
-            bucket_count=None if bucket_count is None else int(bucket_count),
+            bucket_count=None if bucket_count is None else json_int(bucket_count, "bucket_count"),
             properties=_properties_from_json(obj.get("properties"), "properties"),
             custom_properties=_properties_from_json(obj.get("custom_properties"), "custom_properties"),
             comment=None if comment is None else _as_text(comment),

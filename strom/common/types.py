@@ -366,12 +366,15 @@ def _precision_for_unit(unit: str) -> int:
     return {"s": 0, "ms": 3, "us": 6, "ns": 9}[unit]
 
 
+MAX_LENGTH = 2**31 - 1  # Fluss's CHAR/BINARY limit (Java's Integer.MAX_VALUE)
+
+
 def _check_params(t: DataType) -> None:
     """Reject parameter values Fluss's type constructors reject."""
     root = t.root
     if root in (DataTypeRoot.CHAR, DataTypeRoot.BINARY):
-        if t.length is None or t.length < 1:
-            raise ValueError(f"{root.value} length must be at least 1, got {t.length}")
+        if t.length is None or not 1 <= t.length <= MAX_LENGTH:
+            raise ValueError(f"{root.value} length must be between 1 and {MAX_LENGTH}, got {t.length}")
     elif root is DataTypeRoot.DECIMAL:
         if t.precision is None or not MIN_DECIMAL_PRECISION <= t.precision <= MAX_DECIMAL_PRECISION:
             raise ValueError(

@@ -74,10 +74,16 @@ class KvRecordBatch:
         size = length + KV_OVERHEAD
         if size < KV_HEADER_SIZE:
             raise CorruptRecordError(f"kv batch length {length} is smaller than its header")
-        if size > total:
-            raise CorruptRecordError(f"kv batch is truncated: length says {size} bytes, got {total}")
+        if size != total:
+            raise CorruptRecordError(
+                f"kv batch length says {size} bytes, but the request carries {total}"
+                + (" (truncated)" if size > total else f" ({total - size} stray bytes after it)")
+            )
         if count < 0:
             raise CorruptRecordError(f"kv batch has a negative record count {count}")
+        if attributes != 0:
+            raise CorruptRecordError(f"kv batch has unknown attributes 0x{attributes & 0xFF:02x}")
+        check_writer_fields(writer_id, batch_sequence, "kv batch")
         records: list[tuple[bytes, bytes | None]] = []
         append = records.append
         pos = KV_HEADER_SIZE
@@ -109,6 +115,8 @@ class KvRecordBatch:
                         if shift > 28 or p >= end:
                             raise CorruptRecordError(f"kv batch record {i}: malformed key length")
                 key_end = p + key_len
+                if key_len == 0:
+                    raise CorruptRecordError(f"kv batch record {i}: empty key")
                 if key_end > end:
                     raise CorruptRecordError(
                         f"kv batch record {i}: key of {key_len} bytes overruns its {n}-byte record"
@@ -120,6 +128,15 @@ class KvRecordBatch:
         if pos != size:
             raise CorruptRecordError(f"kv batch has {size - pos} bytes after its {count} records")
         return cls(length, magic, crc, schema_id, attributes, writer_id, batch_sequence, count, records, view)
+
+
+def check_writer_fields(writer_id: int, batch_sequence: int, what: str) -> None:
+    """An idempotent writer id comes with a sequence and no writer with none (-1 both)."""
+    if writer_id < -1 or batch_sequence < -1 or (writer_id == -1) != (batch_sequence == -1):
+        raise CorruptRecordError(
+            f"{what} has writer id {writer_id} with batch sequence {batch_sequence} (either both -1, or "
+            "a writer id >= 0 with a sequence >= 0)"
+        )
 
 
 def build_kv_batch(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf.message import DecodeError, Message
 
@@ -23,7 +24,6 @@ from strom.common.errors import (
 )
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.framing import (
-    DEFAULT_MAX_FRAME_SIZE,
     REQUEST_HEADER,
     RESPONSE_ERROR,
     RESPONSE_SUCCESS,
@@ -31,6 +31,7 @@ from strom.rpc.framing import (
     response_header,
 )
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.limits import MemoryBudget, RpcLimits
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +47,36 @@ class RequestContext:
 
 @dataclass(slots=True)
 class Session:
-    """Per-connection state (authentication)."""
+    """Per-connection state: the listener it came through and who authenticated on it."""
 
     peer: str
-    principal: str | None = None
+    listener: str = ""
+    principal: Any = None  # set by the guard: anonymous on PLAINTEXT, the SASL user after Authenticate
+    authentication_failed: bool = False
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return self.peer.rpartition(":")[0] or self.peer
+
+
+class RequestGuard(Protocol):
+    """The security layer (`strom.security.layer.SecurityLayer`), called before and after handlers."""
+
+    def requires_authentication(self, listener: str) -> bool: ...
+
+    def authenticate(self, listener: str, mechanism: str, token: bytes) -> Any: ...
+
+    def anonymous(self) -> Any: ...
+
+    def check(self, key: ApiKey, request: Any, listener: str, principal: Any, host: str) -> None: ...
+
+    def filter(
+        self, key: ApiKey, request: Any, response: Any, listener: str, principal: Any, host: str
+    ) -> None: ...
 
 
 Handler = Callable[[Any, RequestContext], Awaitable[Message]]
-Authenticator = Callable[[Any, Session], Awaitable[Message]]
 
 
 class RpcServer:
@@ -68,18 +90,23 @@ class RpcServer:
         port: int,
         handlers: dict[ApiKey, Handler],
         server_type: ServerType | None,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-        authenticator: Authenticator | None = None,
+        limits: RpcLimits | None = None,
+        listener: str = "FLUSS",
+        guard: RequestGuard | None = None,
     ) -> None:
         self.name = name
         self.host = host
         self._port = port
         self.handlers = dict(handlers)
         self.server_type = server_type
-        self.max_frame_size = max_frame_size
-        self.authenticator = authenticator
+        self.limits = limits or RpcLimits()
+        self.budget = MemoryBudget(self.limits.max_buffered_bytes)
+        self.listener = listener
+        self.guard = guard
+        self.sasl = guard is not None and guard.requires_authentication(listener)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
         self._api_versions_body = self._build_api_versions()
 
     @property
@@ -91,7 +118,7 @@ class RpcServer:
     def _build_api_versions(self) -> bytes:
         response = pb.ApiVersionsResponse()
         keys = {ApiKey.API_VERSIONS, *self.handlers}
-        if self.authenticator is not None:
+        if self.sasl:
             keys.add(ApiKey.AUTHENTICATE)
         for key in sorted(keys):
             if key >= 9000:  # Strom-internal keys are not part of the Fluss handshake
@@ -109,9 +136,28 @@ class RpcServer:
         self._server = await loop.create_server(
             lambda: _Connection(self), self.host, self._port, reuse_address=True
         )
-        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+        log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
+        self._sweeper = loop.create_task(self._sweep(), name=f"{self.name} idle connections")
+
+    async def _sweep(self) -> None:
+        """Closes idle connections and connections whose started frame stopped making progress."""
+        limits = self.limits
+        period = max(0.5, min(limits.idle_timeout, limits.frame_timeout) / 4)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for connection in list(self._connections):
+                reason = connection.expired(now, limits)
+                if reason is not None:
+                    log.warning(
+                        "%s: closing the connection from %s: %s", self.name, connection.session.peer, reason
+                    )
+                    connection.abort()
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
             for connection in list(self._connections):
@@ -120,7 +166,8 @@ class RpcServer:
             self._server = None
 
 
-_NO_AUTH_NEEDED = frozenset({ApiKey.API_VERSIONS, ApiKey.AUTHENTICATE})
+# requests that cannot be understood at all: worth a line in the log (with the peer, not the payload)
+_MALFORMED = (CorruptMessageError, UnsupportedVersionError)
 
 
 class _Connection(asyncio.Protocol):
@@ -130,7 +177,14 @@ class _Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.discard = 0  # bytes of an oversized frame still to skip
         self.tasks: set[asyncio.Task[None]] = set()
-        self.session = Session(peer="?")
+        self.session = Session(peer="?", listener=server.listener)
+        if server.guard is not None and not server.sasl:
+            self.session.principal = server.guard.anonymous()
+        # flow control (strom.rpc.limits): why reading is paused, and when the peer last made progress
+        self.held = 0  # request bytes this connection holds against the server's budget
+        self.writes_paused = False
+        self.reading_paused = False
+        self.last_request = self.last_data = time.monotonic()
 
     # ---- asyncio.Protocol
 
@@ -142,15 +196,66 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
+        self.server.budget.forget(self)
         for task in self.tasks:
             task.cancel()
+        self._hold(-len(self.buffer))
+        self.buffer.clear()
         self.transport = None
 
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
 
+    def pause_writing(self) -> None:
+        self.writes_paused = True  # the peer is not reading our answers
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self.writes_paused = False
+        self._update_reading()
+
+    # ---- flow control
+
+    def _hold(self, size: int) -> None:
+        if size:
+            self.held += size
+            if size > 0:
+                self.server.budget.take(size)
+            else:
+                self.server.budget.release(-size)
+
+    def _update_reading(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        budget = self.server.budget
+        pause = (
+            self.writes_paused
+            or len(self.tasks) >= self.server.limits.max_pending_requests
+            or (budget.exhausted and self.held > 0)
+        )
+        if pause and not self.reading_paused:
+            self.reading_paused = True
+            transport.pause_reading()
+            if budget.exhausted:
+                budget.wait(self, self._update_reading)
+        elif not pause and self.reading_paused:
+            self.reading_paused = False
+            transport.resume_reading()
+
+    def expired(self, now: float, limits: RpcLimits) -> str | None:
+        """Why the sweeper should close this connection, if it should."""
+        if self.tasks or self.reading_paused:
+            return None  # busy, or waiting on us: not the peer's fault
+        if self.buffer and now - self.last_data > limits.frame_timeout:
+            return f"a request frame made no progress for {limits.frame_timeout:.0f}s"
+        if now - self.last_request > limits.idle_timeout:
+            return f"no request for {limits.idle_timeout:.0f}s"
+        return None
+
     def data_received(self, data: bytes) -> None:
+        self.last_data = time.monotonic()
         if self.discard:
             skipped = min(self.discard, len(data))
             self.discard -= skipped
@@ -159,9 +264,10 @@ class _Connection(asyncio.Protocol):
                 return
         buffer = self.buffer
         buffer += data
+        self._hold(len(data))
         pos = 0
         end = len(buffer)
-        max_frame = self.server.max_frame_size
+        max_frame = self.server.limits.max_frame_size
         while end - pos >= 4:
             length = int.from_bytes(buffer[pos : pos + 4], "big", signed=True)
             if length < 8:
@@ -171,6 +277,7 @@ class _Connection(asyncio.Protocol):
                     length,
                     self.session.peer,
                 )
+                del buffer[:pos]  # what was dispatched is held by its requests
                 self.abort()
                 return
             if length > max_frame:
@@ -181,6 +288,14 @@ class _Connection(asyncio.Protocol):
                 self.discard = length - available if available < length else 0
                 consumed = min(length, available)
                 pos += 4 + consumed
+                self._hold(-(4 + consumed))  # skipped, not kept
+                log.warning(
+                    "%s: refused a %d-byte frame (api key %d) from %s",
+                    self.server.name,
+                    length,
+                    key,
+                    self.session.peer,
+                )
                 self._send_error(
                     request_id,
                     CorruptMessageError(
@@ -194,16 +309,24 @@ class _Connection(asyncio.Protocol):
             _, key, version, request_id = REQUEST_HEADER.unpack_from(buffer, pos)
             body = bytes(buffer[pos + REQUEST_HEADER.size : pos + 4 + length])
             pos += 4 + length
-            self._dispatch(RequestHeader(key, version, request_id), body)
+            self.last_request = self.last_data
+            self._dispatch(RequestHeader(key, version, request_id), body, 4 + length)
         if pos:
             del buffer[:pos]
+        self._update_reading()
 
     # ---- request handling
 
-    def _dispatch(self, header: RequestHeader, body: bytes) -> None:
+    def _dispatch(self, header: RequestHeader, body: bytes, size: int) -> None:
+        """Handle a request in its own task; its bytes stay held until it is answered."""
         task = asyncio.get_running_loop().create_task(self._handle(header, body))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: self._done(t, size))
+
+    def _done(self, task: asyncio.Task[None], size: int) -> None:
+        self.tasks.discard(task)
+        self._hold(-size)
+        self._update_reading()
 
     async def _handle(self, header: RequestHeader, body: bytes) -> None:
         server = self.server
@@ -216,11 +339,8 @@ class _Connection(asyncio.Protocol):
                 spec = api_spec(key)
             except (KeyError, ValueError):
                 raise UnsupportedVersionError(f"unknown API key {key}") from None
-            if key == ApiKey.AUTHENTICATE and server.authenticator is not None:
-                request = spec.request_type()
-                request.ParseFromString(body)
-                response = await server.authenticator(request, self.session)
-                self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+            if key == ApiKey.AUTHENTICATE and server.sasl:
+                await self._authenticate(header, body)
                 return
             handler = server.handlers.get(ApiKey(key))
             if handler is None:
@@ -232,28 +352,58 @@ class _Connection(asyncio.Protocol):
                     f"API {spec.key.name} version {header.api_version} is not supported "
                     f"(supported: {spec.min_version}..{spec.max_version})"
                 )
-            if (
-                server.authenticator is not None
-                and self.session.principal is None
-                and key not in _NO_AUTH_NEEDED
-            ):
-                raise AuthenticateError(f"{spec.key.name} sent before SASL authentication completed")
+            session = self.session
+            if server.sasl and session.principal is None:
+                raise AuthenticateError(
+                    f"{spec.key.name} refused: the connection has not completed SASL authentication"
+                )
             request = spec.request_type()
             try:
                 request.ParseFromString(body)
             except DecodeError as e:
                 raise CorruptMessageError(f"cannot parse {spec.request_type.__name__}: {e}") from None
-            response = await handler(
-                request, RequestContext(header.api_version, self.session.peer, self.session)
-            )
+            guard = server.guard
+            if guard is not None:
+                guard.check(spec.key, request, session.listener, session.principal, session.host)
+            response = await handler(request, RequestContext(header.api_version, session.peer, session))
+            if guard is not None:
+                guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
             self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
         except asyncio.CancelledError:
             raise
         except FlussError as e:
+            if isinstance(e, _MALFORMED):
+                log.warning(
+                    "%s: refused api key %d from %s: %s", server.name, header.api_key, self.session.peer, e
+                )
             self._send_error(header.request_id, e)
         except Exception as e:
             log.exception("%s: unexpected error handling api key %d", server.name, header.api_key)
             self._send_error(header.request_id, e)
+
+    async def _authenticate(self, header: RequestHeader, body: bytes) -> None:
+        """One SASL step. A failure is answered and then the connection is closed: nothing else is
+        served on it."""
+        session = self.session
+        guard = self.server.guard
+        assert guard is not None
+        try:
+            if session.principal is not None:
+                raise AuthenticateError("the connection is already authenticated")
+            request = pb.AuthenticateRequest()
+            try:
+                request.ParseFromString(body)
+            except DecodeError as e:
+                raise AuthenticateError(f"malformed Authenticate request: {e}") from None
+            session.principal = guard.authenticate(session.listener, request.protocol, request.token)
+        except AuthenticateError as e:
+            session.authentication_failed = True
+            log.warning("%s: SASL authentication from %s failed: %s", self.server.name, session.peer, e)
+            self._send_error(header.request_id, e)
+            if self.transport is not None:
+                self.transport.close()  # flushes the answer first
+            return
+        self._send(RESPONSE_SUCCESS, header.request_id, pb.AuthenticateResponse().SerializeToString())
 
     def _send_error(self, request_id: int, error: BaseException) -> None:
         response = pb.ErrorResponse()

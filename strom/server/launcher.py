@@ -21,6 +21,7 @@ from strom.common.errors import FlussError
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.security.credentials import cluster_login
 
 COORDINATOR = "coordinator"
 TABLET_SERVER = "tablet-server"
@@ -158,7 +159,9 @@ async def wait_for_tablet_servers(
                     f"{process.process.returncode}; see {process.log_path}"
                 )
         try:
-            connection = await RpcConnection.connect(coordinator.host, coordinator.port, connect_timeout=2)
+            connection = await RpcConnection.connect(
+                coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
+            )
             try:
                 response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
             finally:

@@ -6,95 +6,16 @@ import asyncio
 import time
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from harness import Cluster
+from raw_table import Table, batch
 
 from strom.common.errors import InvalidRequiredAcksError
 from strom.common.schema import Column, Schema
-from strom.common.table_descriptor import TableDescriptor
 from strom.common.types import BIGINT, STRING
-from strom.record.arrow_batch import build_arrow_log_batch
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
-
-SCHEMA = Schema([Column("id", BIGINT()), Column("name", STRING())])
-
-
-def batch(start: int, count: int, schema_id: int = 1) -> bytes:
-    records = pa.record_batch(
-        {
-            "id": pa.array(range(start, start + count), pa.int64()),
-            "name": [f"n{i}" for i in range(start, start + count)],
-        }
-    )
-    return build_arrow_log_batch(records, schema_id=schema_id)
-
-
-class Table:
-    """Raw RPC access to a one-bucket table: its id and a connection to the bucket's leader."""
-
-    def __init__(
-        self, cluster: Cluster, name: str, properties: dict[str, str] | None = None, schema: Schema = SCHEMA
-    ) -> None:
-        self.cluster = cluster
-        self.name = name
-        self.properties = properties or {}
-        self.schema = schema
-
-    async def __aenter__(self) -> Table:
-        host, port = self.cluster.coordinator.host, self.cluster.coordinator.port
-        self.coordinator = await RpcConnection.connect(host, port)
-        descriptor = TableDescriptor(self.schema, bucket_count=1, properties=self.properties)
-        request = pb.CreateTableRequest(table_json=descriptor.to_json_bytes(), ignore_if_exists=False)
-        request.table_path.database_name = "fluss"
-        request.table_path.table_name = self.name
-        await self.coordinator.request(ApiKey.CREATE_TABLE, request)
-        metadata = pb.MetadataRequest()
-        metadata.table_path.add(database_name="fluss", table_name=self.name)
-        for _ in range(100):
-            response = await self.coordinator.request(ApiKey.GET_METADATA, metadata)
-            bucket = response.table_metadata[0].bucket_metadata[0]
-            if bucket.HasField("leader_id"):
-                break
-            await asyncio.sleep(0.1)
-        self.table_id = response.table_metadata[0].table_id
-        leader = next(s for s in response.tablet_servers if s.node_id == bucket.leader_id)
-        self.leader = await RpcConnection.connect(leader.host, leader.port)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.coordinator.close()
-        self.leader.close()
-
-    async def produce(self, records: bytes, acks: int = -1) -> Any:
-        request = pb.ProduceLogRequest(acks=acks, table_id=self.table_id, timeout_ms=30000)
-        request.buckets_req.add(bucket_id=0, records=records)
-        for _ in range(50):  # the leader may not have opened the replica yet
-            response = await self.leader.request(ApiKey.PRODUCE_LOG, request)
-            result = response.buckets_resp[0]
-            if result.error_code not in (12, 21):
-                return result
-            await asyncio.sleep(0.1)
-        return result
-
-    async def offsets(self) -> tuple[int, int]:
-        out = []
-        for kind in (0, 1):
-            request = pb.ListOffsetsRequest(follower_server_id=-1, offset_type=kind, table_id=self.table_id)
-            request.bucket_id.append(0)
-            out.append((await self.leader.request(ApiKey.LIST_OFFSETS, request)).buckets_resp[0].offset)
-        return out[0], out[1]
-
-    async def fetch(self, offset: int, projection: list[int] | None = None) -> Any:
-        request = pb.FetchLogRequest(follower_server_id=-1, max_bytes=1 << 20, max_wait_ms=0)
-        table = request.tables_req.add(
-            table_id=self.table_id, projection_pushdown_enabled=projection is not None
-        )
-        table.projected_fields.extend(projection or [])
-        table.buckets_req.add(bucket_id=0, fetch_offset=offset, max_fetch_bytes=1 << 20)
-        return (await self.leader.request(ApiKey.FETCH_LOG, request)).tables_resp[0].buckets_resp[0]
 
 
 def test_bad_batches_are_refused_and_change_nothing(shared_cluster: Cluster) -> None:

@@ -14,7 +14,6 @@ import pytest
 
 from strom.bucketing import bucket_function_for
 from strom.client.scanner.filter import col
-from strom.client.writer.columnar_bucketing import ColumnarBucketer
 from strom.client.writer.idempotence import IdempotenceManager
 from strom.client.writer.partitioner import Partitioner, partition_value
 from strom.client.writer.write_batch import BatchFormat, WriteBatch
@@ -25,6 +24,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.record.arrow_batch import decode_arrow_batch
+from strom.record.columnar_keys import ColumnarBucketer
 from strom.record.key_encoder import bucket_key_encoder
 from strom.record.log_batch import crc_is_valid, read_header
 from strom.rpc.gen import fluss_api_pb2 as pb

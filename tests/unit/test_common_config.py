@@ -131,7 +131,7 @@ def test_configuration_set_writes_fluss_strings() -> None:
 def test_fallback_keys() -> None:
     conf = Configuration({"netty.server.max-request-size": "64mb"})
     assert conf.get(cfg.RPC_MAX_FRAME_SIZE) == 64 << 20
-    assert Configuration().get(cfg.RPC_MAX_FRAME_SIZE) == 128 << 20
+    assert Configuration().get(cfg.RPC_MAX_FRAME_SIZE) == 32 << 20
 
 
 def test_fluss_defaults() -> None:

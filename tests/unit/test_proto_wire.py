@@ -297,6 +297,7 @@ def test_strom_internal_messages() -> None:
         "port": 3,
         "rack": 4,
         "incarnation": 5,
+        "listeners": 6,
     }
     assert field_numbers(internal_pb.RegisterTabletServerResponse.DESCRIPTOR) == {
         "coordinator_epoch": 1,

@@ -18,6 +18,7 @@ from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import RpcConnection
 from strom.rpc.framing import encode_request, response_header
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.limits import RpcLimits
 from strom.rpc.server import RequestContext, RpcServer
 
 
@@ -89,7 +90,7 @@ def test_errors_are_error_frames_and_the_connection_survives() -> None:
         )
 
     async def main() -> None:
-        server = await _serve({ApiKey.GET_TABLE_INFO: get_table_info}, max_frame_size=1024)
+        server = await _serve({ApiKey.GET_TABLE_INFO: get_table_info}, limits=RpcLimits(max_frame_size=1024))
         connection = await RpcConnection.connect("127.0.0.1", server.port)
         request = pb.GetTableInfoRequest()
         request.table_path.database_name = "db"

@@ -27,11 +27,11 @@ import pyarrow.compute as pc
 from strom.client.offset_spec import OffsetSpec
 from strom.client.scanner.log_fetcher import EARLIEST_OFFSET
 from strom.client.scanner.snapshot_reader import SnapshotReader
-from strom.client.writer.columnar_bucketing import ColumnarBucketer
 from strom.common.errors import KvSnapshotNotExistError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.change_type import ChangeType
+from strom.record.columnar_keys import ColumnarBucketer
 
 if TYPE_CHECKING:
     from strom.client.table import Table

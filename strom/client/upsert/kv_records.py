@@ -21,7 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from strom.client.writer.columnar_bucketing import (
+from strom.common.table_descriptor import TableInfo
+from strom.common.types import DataType
+from strom.record.columnar_keys import (
     ColumnarBucketer,
     ColumnEncoder,
     binary_array_from_parts,
@@ -29,8 +31,6 @@ from strom.client.writer.columnar_bucketing import (
     fixed_width_bytes,
     varint_bytes,
 )
-from strom.common.table_descriptor import TableInfo
-from strom.common.types import DataType
 from strom.record.compacted_row import compile_key_encoder, null_bitset_size
 
 __all__ = ["KvRecordEncoder", "KvRecords"]

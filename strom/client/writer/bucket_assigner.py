@@ -2,7 +2,7 @@
 
 * Tables with bucket keys: the hash of the encoded bucket key, with the key encoder and bucket
   function the table's lake format implies (exactly pyfluss's routing). Rows are hashed one by one,
-  Arrow batches column-wise (`columnar_bucketing`).
+  Arrow batches column-wise (`strom.record.columnar_keys`).
 * Tables without: ``client.writer.bucket.no-key-assigner``. STICKY (the default) keeps writing to
   one random bucket among those with a leader until its batch is full, then moves to another one;
   ROUND_ROBIN takes the next available bucket for every row (or Arrow chunk), starting at a random
@@ -20,9 +20,9 @@ import pyarrow as pa
 
 from strom.bucketing import bucket_function_for
 from strom.client.cluster import Cluster
-from strom.client.writer.columnar_bucketing import ColumnarBucketer
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import PhysicalTablePath
+from strom.record.columnar_keys import ColumnarBucketer
 from strom.record.key_encoder import bucket_key_encoder
 
 __all__ = [

@@ -110,6 +110,108 @@ class AuthenticateResponse(_message.Message):
     challenge: bytes
     def __init__(self, challenge: _Optional[bytes] = ...) -> None: ...
 
+class CreateAclsRequest(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: _containers.RepeatedCompositeFieldContainer[PbAclInfo]
+    def __init__(self, acl: _Optional[_Iterable[_Union[PbAclInfo, _Mapping]]] = ...) -> None: ...
+
+class CreateAclsResponse(_message.Message):
+    __slots__ = ("aclRes",)
+    ACLRES_FIELD_NUMBER: _ClassVar[int]
+    aclRes: _containers.RepeatedCompositeFieldContainer[PbCreateAclRespInfo]
+    def __init__(self, aclRes: _Optional[_Iterable[_Union[PbCreateAclRespInfo, _Mapping]]] = ...) -> None: ...
+
+class ListAclsRequest(_message.Message):
+    __slots__ = ("acl_filter",)
+    ACL_FILTER_FIELD_NUMBER: _ClassVar[int]
+    acl_filter: PbAclFilter
+    def __init__(self, acl_filter: _Optional[_Union[PbAclFilter, _Mapping]] = ...) -> None: ...
+
+class ListAclsResponse(_message.Message):
+    __slots__ = ("acl",)
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    acl: _containers.RepeatedCompositeFieldContainer[PbAclInfo]
+    def __init__(self, acl: _Optional[_Iterable[_Union[PbAclInfo, _Mapping]]] = ...) -> None: ...
+
+class DropAclsRequest(_message.Message):
+    __slots__ = ("acl_filter",)
+    ACL_FILTER_FIELD_NUMBER: _ClassVar[int]
+    acl_filter: _containers.RepeatedCompositeFieldContainer[PbAclFilter]
+    def __init__(self, acl_filter: _Optional[_Iterable[_Union[PbAclFilter, _Mapping]]] = ...) -> None: ...
+
+class DropAclsResponse(_message.Message):
+    __slots__ = ("filter_results",)
+    FILTER_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    filter_results: _containers.RepeatedCompositeFieldContainer[PbDropAclsFilterResult]
+    def __init__(self, filter_results: _Optional[_Iterable[_Union[PbDropAclsFilterResult, _Mapping]]] = ...) -> None: ...
+
+class PbCreateAclRespInfo(_message.Message):
+    __slots__ = ("acl", "error_code", "error_message")
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    acl: PbAclInfo
+    error_code: int
+    error_message: str
+    def __init__(self, acl: _Optional[_Union[PbAclInfo, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class PbAclInfo(_message.Message):
+    __slots__ = ("resource_name", "resource_type", "principal_name", "principal_type", "host", "operation_type", "permission_type")
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    resource_name: str
+    resource_type: int
+    principal_name: str
+    principal_type: str
+    host: str
+    operation_type: int
+    permission_type: int
+    def __init__(self, resource_name: _Optional[str] = ..., resource_type: _Optional[int] = ..., principal_name: _Optional[str] = ..., principal_type: _Optional[str] = ..., host: _Optional[str] = ..., operation_type: _Optional[int] = ..., permission_type: _Optional[int] = ...) -> None: ...
+
+class PbAclFilter(_message.Message):
+    __slots__ = ("resource_name", "resource_type", "principal_name", "principal_type", "host", "operation_type", "permission_type")
+    RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_TYPE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERMISSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    resource_name: str
+    resource_type: int
+    principal_name: str
+    principal_type: str
+    host: str
+    operation_type: int
+    permission_type: int
+    def __init__(self, resource_name: _Optional[str] = ..., resource_type: _Optional[int] = ..., principal_name: _Optional[str] = ..., principal_type: _Optional[str] = ..., host: _Optional[str] = ..., operation_type: _Optional[int] = ..., permission_type: _Optional[int] = ...) -> None: ...
+
+class PbDropAclsFilterResult(_message.Message):
+    __slots__ = ("matching_acls", "error_code", "error_message")
+    MATCHING_ACLS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    matching_acls: _containers.RepeatedCompositeFieldContainer[PbDropAclsMatchingAcl]
+    error_code: int
+    error_message: str
+    def __init__(self, matching_acls: _Optional[_Iterable[_Union[PbDropAclsMatchingAcl, _Mapping]]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class PbDropAclsMatchingAcl(_message.Message):
+    __slots__ = ("acl", "error_code", "error_message")
+    ACL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    acl: PbAclInfo
+    error_code: int
+    error_message: str
+    def __init__(self, acl: _Optional[_Union[PbAclInfo, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
 class CreateDatabaseRequest(_message.Message):
     __slots__ = ("database_name", "ignore_if_exists", "database_json")
     DATABASE_NAME_FIELD_NUMBER: _ClassVar[int]

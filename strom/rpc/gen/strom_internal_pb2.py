@@ -24,29 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"o\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05\"~\n\x1bOffsetForLeaderEpochRequest\x12\x1a\n\x12\x66ollower_server_id\x18\x01 \x02(\x05\x12\x43\n\x07\x62uckets\x18\x02 \x03(\x0b\x32\x32.strom.internal.PbOffsetForLeaderEpochReqForBucket\"\x93\x01\n\"PbOffsetForLeaderEpochReqForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x02(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x02(\x05\"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x33.strom.internal.PbOffsetForLeaderEpochRespForBucket\"\xf0\x01\n#PbOffsetForLeaderEpochRespForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x12\n\nend_offset\x18\x07 \x01(\x03\x12\x39\n\repoch_entries\x18\x08 \x03(\x0b\x32\".strom.internal.PbLeaderEpochEntry\"9\n\x12PbLeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x02(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x02(\x03')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"\x82\x01\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\x12\x11\n\tlisteners\x18\x06 \x01(\t\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05\"~\n\x1bOffsetForLeaderEpochRequest\x12\x1a\n\x12\x66ollower_server_id\x18\x01 \x02(\x05\x12\x43\n\x07\x62uckets\x18\x02 \x03(\x0b\x32\x32.strom.internal.PbOffsetForLeaderEpochReqForBucket\"\x93\x01\n\"PbOffsetForLeaderEpochReqForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x02(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x02(\x05\"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x33.strom.internal.PbOffsetForLeaderEpochRespForBucket\"\xf0\x01\n#PbOffsetForLeaderEpochRespForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x12\n\nend_offset\x18\x07 \x01(\x03\x12\x39\n\repoch_entries\x18\x08 \x03(\x0b\x32\".strom.internal.PbLeaderEpochEntry\"9\n\x12PbLeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x02(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x02(\x03')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strom_internal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_start=40
-  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_end=151
-  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_start=153
-  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_end=258
-  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_start=260
-  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_end=329
-  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_start=331
-  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_end=412
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=414
-  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=540
-  _globals['_PBOFFSETFORLEADEREPOCHREQFORBUCKET']._serialized_start=543
-  _globals['_PBOFFSETFORLEADEREPOCHREQFORBUCKET']._serialized_end=690
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=692
-  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=792
-  _globals['_PBOFFSETFORLEADEREPOCHRESPFORBUCKET']._serialized_start=795
-  _globals['_PBOFFSETFORLEADEREPOCHRESPFORBUCKET']._serialized_end=1035
-  _globals['_PBLEADEREPOCHENTRY']._serialized_start=1037
-  _globals['_PBLEADEREPOCHENTRY']._serialized_end=1094
+  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_start=41
+  _globals['_REGISTERTABLETSERVERREQUEST']._serialized_end=171
+  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_start=173
+  _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_end=278
+  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_start=280
+  _globals['_TABLETSERVERHEARTBEATREQUEST']._serialized_end=349
+  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_start=351
+  _globals['_TABLETSERVERHEARTBEATRESPONSE']._serialized_end=432
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_start=434
+  _globals['_OFFSETFORLEADEREPOCHREQUEST']._serialized_end=560
+  _globals['_PBOFFSETFORLEADEREPOCHREQFORBUCKET']._serialized_start=563
+  _globals['_PBOFFSETFORLEADEREPOCHREQFORBUCKET']._serialized_end=710
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_start=712
+  _globals['_OFFSETFORLEADEREPOCHRESPONSE']._serialized_end=812
+  _globals['_PBOFFSETFORLEADEREPOCHRESPFORBUCKET']._serialized_start=815
+  _globals['_PBOFFSETFORLEADEREPOCHRESPFORBUCKET']._serialized_end=1055
+  _globals['_PBLEADEREPOCHENTRY']._serialized_start=1057
+  _globals['_PBLEADEREPOCHENTRY']._serialized_end=1114
 # @@protoc_insertion_point(module_scope)

@@ -23,6 +23,8 @@ from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import Handler, RequestContext
+from strom.security.layer import SecurityLayer
+from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
@@ -67,6 +69,9 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.LIST_REMOTE_LOG_MANIFESTS: lambda c: c.remote_logs.list,
     ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: lambda c: c.metadata.get_security_token,
     ApiKey.ADJUST_ISR: lambda c: c.controller.adjust_isr,
+    ApiKey.CREATE_ACLS: lambda c: c.acls.create_acls,
+    ApiKey.LIST_ACLS: lambda c: c.acls.list_acls,
+    ApiKey.DROP_ACLS: lambda c: c.acls.drop_acls,
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
 }
@@ -87,6 +92,7 @@ class ActiveCoordinator:
         data_dir: Path,
         pool: ConnectionPool,
         liveness: Callable[[ActiveCoordinator], Liveness],
+        security: SecurityLayer,
     ) -> None:
         self.store = store
         self.config = config
@@ -107,6 +113,7 @@ class ActiveCoordinator:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots = KvSnapshotService(store, self.config)
         self.remote_logs = RemoteLogService(store)
+        self.acls = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
         for key in WAIT_UNTIL_READY:

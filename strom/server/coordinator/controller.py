@@ -151,7 +151,9 @@ class Controller:
         request = pb.UpdateMetadataRequest(coordinator_epoch=self.coordinator_epoch)
         request.coordinator_server.CopyFrom(self.coordinator_node)
         for server in self.membership.servers.values():
-            request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
+            node = request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
+            if server.listeners:
+                node.listeners = server.listeners
         await asyncio.gather(
             *(self.send(s, ApiKey.UPDATE_METADATA, request) for s in list(self.membership.servers))
         )

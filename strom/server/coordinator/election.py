@@ -29,6 +29,7 @@ from kazoo.recipe.watchers import DataWatch
 from strom.common.config import Configuration
 from strom.common.errors import FlussError
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.security.listeners import internal_listener_name
 from strom.server.coordinator.zk_liveness import ZooKeeperLiveness
 from strom.server.port_probe import wait_until_refused
 from strom.server.store.zookeeper import ZooKeeperMetadataStore
@@ -51,6 +52,7 @@ class CoordinatorElection:
         self.on_elected = on_elected
         self.on_lost = on_lost
         self.paths = paths_of(config)
+        self.internal_listener = internal_listener_name(config)
         self.coordinator_id = uuid.uuid4().hex
         self.zk: Any = None
         self.active = False
@@ -89,7 +91,9 @@ class CoordinatorElection:
     # ---- standing
 
     async def _register(self) -> None:
-        address = layout.coordinator_address(self.coordinator_id, self.node.host, self.node.port)
+        address = layout.coordinator_address(
+            self.coordinator_id, self.node.host, self.node.port, self.node.listeners
+        )
         with suppress(NodeExistsError):  # registered in this session already
             await call(
                 self.zk.create,
@@ -104,7 +108,9 @@ class CoordinatorElection:
         async with self._lock:
             if self.active or self._stopping:
                 return
-            address = layout.coordinator_address(self.coordinator_id, self.node.host, self.node.port)
+            address = layout.coordinator_address(
+                self.coordinator_id, self.node.host, self.node.port, self.node.listeners
+            )
             try:
                 await call(
                     self.zk.create, self.paths.coordinator_active, address, ephemeral=True, makepath=True
@@ -181,7 +187,7 @@ class CoordinatorElection:
                 self.loop.create_task(self._contend())
             return
         try:
-            coordinator_id, host, port = layout.parse_coordinator_address(data)
+            coordinator_id, host, port = layout.parse_coordinator_address(data, self.internal_listener)
         except (ValueError, KeyError) as e:
             log.warning("unreadable %s: %s", self.paths.coordinator_active, e)
             return

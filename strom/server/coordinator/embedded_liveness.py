@@ -17,6 +17,7 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer
+from strom.server.coordinator.registration import check_registration
 
 if TYPE_CHECKING:
     from strom.server.coordinator.active import ActiveCoordinator
@@ -49,6 +50,7 @@ class EmbeddedLiveness(Liveness):
                     session_id=-1,  # sessions do not survive the coordinator: the server registers again
                     last_heartbeat=0.0,
                     incarnation=entry.get("incarnation"),
+                    listeners=entry.get("listeners"),
                 )
             except (ValueError, KeyError, TypeError) as e:
                 log.warning("ignoring unreadable tablet-server record %s: %s", key, e)
@@ -77,10 +79,12 @@ class EmbeddedLiveness(Liveness):
     async def register(
         self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
     ) -> internal.RegisterTabletServerResponse:
+        await check_registration(request, self.membership)
         incarnation = request.incarnation if request.HasField("incarnation") else None
         rack = request.rack if request.HasField("rack") else None
+        listeners = request.listeners if request.HasField("listeners") else None
         server, restarted = self.membership.register(
-            request.server_id, request.host, request.port, rack, incarnation
+            request.server_id, request.host, request.port, rack, incarnation, listeners=listeners
         )
         self.store.put_document(
             _key(server.server_id),
@@ -91,6 +95,7 @@ class EmbeddedLiveness(Liveness):
                     "port": server.port,
                     "rack": rack,
                     "incarnation": incarnation,
+                    "listeners": listeners,
                 }
             ).encode(),
         )

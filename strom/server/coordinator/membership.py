@@ -27,6 +27,7 @@ class LiveServer:
     incarnation: int | None = None
     # remembered from before a coordinator restart and not confirmed by the server since
     remembered: bool = False
+    listeners: str | None = None  # every advertised listener, NAME://host:port,...
 
 
 class Membership:
@@ -42,6 +43,7 @@ class Membership:
         rack: str | None,
         incarnation: int | None = None,
         session_id: int | None = None,
+        listeners: str | None = None,
     ) -> tuple[LiveServer, bool]:
         """A new session; True when it replaces the session of another process with this id (the
         server restarted). A remembered server registering with its old incarnation is the same
@@ -58,6 +60,7 @@ class Membership:
             secrets.randbits(62) if session_id is None else session_id,
             time.monotonic(),
             incarnation,
+            listeners=listeners,
         )
         self.servers[server_id] = server
         return server, restarted

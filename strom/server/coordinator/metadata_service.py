@@ -27,6 +27,7 @@ from strom.common.errors import (
     TableNotPartitionedError,
     TooManyPartitionsError,
 )
+from strom.common.json_limits import check_json_bounds
 from strom.common.partition import (
     PARTITION_SEPARATOR,
     parse_partition_name,
@@ -35,6 +36,8 @@ from strom.common.partition import (
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import DEFAULT_DATABASE_NAME, TablePath, validate_database_name
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext
+from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.table_validation import (
@@ -118,8 +121,9 @@ class MetadataService:
         validate_database_name(name)
         if request.HasField("database_json") and request.database_json:
             try:
+                check_json_bounds(request.database_json, "database descriptor")
                 descriptor = DatabaseDescriptor.from_json(json.loads(request.database_json))
-            except (ValueError, TypeError, KeyError) as e:
+            except (ValueError, TypeError, KeyError, OverflowError) as e:
                 raise InvalidDatabaseError(f"Invalid database descriptor for '{name}': {e}") from None
         else:
             descriptor = DatabaseDescriptor()
@@ -416,9 +420,15 @@ class MetadataService:
 
     async def metadata(self, request: pb.MetadataRequest, ctx: object) -> pb.MetadataResponse:
         response = pb.MetadataResponse()
-        response.coordinator_server.CopyFrom(self.coordinator_node)
+        # addresses of the listener the request came through (servers without it are left out)
+        listener = ctx.session.listener if isinstance(ctx, RequestContext) else None
+        node = self.coordinator_node
+        host, port = endpoint_on(listener, node.listeners, (node.host, node.port)) or (node.host, node.port)
+        response.coordinator_server.CopyFrom(pb.PbServerNode(node_id=node.node_id, host=host, port=port))
         for server in sorted(self.membership.servers.values(), key=lambda s: s.server_id):
-            response.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
+            address = endpoint_on(listener, server.listeners, (server.host, server.port))
+            if address is not None:
+                response.tablet_servers.add(node_id=server.server_id, host=address[0], port=address[1])
         for path_message in request.table_path:
             self._table_metadata(response.table_metadata, self._table(table_path_of(path_message)))
         for physical in request.partitions_path:

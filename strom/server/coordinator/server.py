@@ -1,10 +1,14 @@
-"""The coordinator server process: serves the coordinator APIs on its port, as the active coordinator
-or as a standby that forwards to the active one.
+"""The coordinator server process: serves the coordinator APIs on its listeners, as the active
+coordinator or as a standby that forwards to the active one.
 
 Without ZooKeeper the process is always active, with its metadata in an embedded SQLite file. With
 `zookeeper.address` any number of coordinators run; the one that wins the election
 (`election.py`) builds an `ActiveCoordinator` from the ZooKeeper store, the others forward every
 request to it, and answer LeaderNotAvailable (retriable) while there is none.
+
+The listeners and the security layer belong to the process: a standby authenticates and authorizes a
+request before it forwards it (with the servers' own login, which the active coordinator trusts), and
+mirrors the ACLs from the active coordinator as tablet servers do.
 """
 
 from __future__ import annotations
@@ -20,13 +24,19 @@ from google.protobuf.message import Message
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import LeaderNotAvailableError
+from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.rpc.server import RequestContext, RpcServer
+from strom.rpc.limits import RpcLimits
+from strom.rpc.server import RequestContext
+from strom.security.layer import SecurityLayer, SecuritySettings
+from strom.security.listeners import ListenerSettings
 from strom.server.coordinator.active import HANDLERS, ActiveCoordinator
 from strom.server.coordinator.embedded_liveness import EmbeddedLiveness
+from strom.server.rpc_listeners import ListenerGroup
 from strom.server.store.sqlite import SqliteMetadataStore
+from strom.server.tablet.acl_sync import AclSync
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +49,33 @@ class CoordinatorServer:
         self.data_dir = data_dir
         self.config = Configuration(config)
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.pool = ConnectionPool()
+        listeners = ListenerSettings.from_config(self.config, host, port)
+        security = SecuritySettings.from_config(self.config, listeners)
+        self.security = SecurityLayer(security, resolve_table=self._table_path)
+        self.pool = ConnectionPool(sasl=security.internal_login)
         self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
         self.active: ActiveCoordinator | None = None
         self._activation = asyncio.Lock()
         self.election: Any = None  # strom.server.coordinator.election.CoordinatorElection, with ZooKeeper
-        self.rpc = RpcServer(
+        self.rpc = ListenerGroup(
             name="coordinator",
-            host=host,
-            port=port,
+            listeners=listeners,
             handlers={key: functools.partial(self._route, key) for key in HANDLERS},
             server_type=ServerType.COORDINATOR,
-            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+            limits=RpcLimits.from_config(self.config),
+            security=self.security,
         )
+        # while standing by, the ACLs come from the active coordinator (which keeps its own up to date)
+        self._acl_mirror = (
+            AclSync(
+                self.security.authorizer,
+                self._active_request,
+                self.config.get(options.AUTHORIZER_ACL_REFRESH_INTERVAL).total_seconds(),
+            )
+            if self.security.authorizer is not None
+            else None
+        )
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def port(self) -> int:
@@ -63,7 +87,7 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         await self.rpc.start()
-        self.node.port = self.rpc.port
+        self.node.CopyFrom(self.rpc.describe(COORDINATOR_ID))
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is None:
             await self._activate(SqliteMetadataStore(self.data_dir / "metadata.db"))
             return
@@ -71,8 +95,13 @@ class CoordinatorServer:
 
         self.election = CoordinatorElection(self.config, self.node, self._elected, self._deactivate)
         await self.election.start()
+        if self._acl_mirror is not None:
+            self._tasks.append(asyncio.create_task(self._mirror_acls(), name="acl-mirror"))
 
     async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.election is not None:
             await self.election.stop()
         await self._deactivate()
@@ -90,6 +119,7 @@ class CoordinatorServer:
                 data_dir=self.data_dir,
                 pool=self.pool,
                 liveness=liveness,
+                security=self.security,
             )
             await active.start()
             self.active = active
@@ -109,13 +139,34 @@ class CoordinatorServer:
 
     # ---- requests
 
-    async def _route(self, key: ApiKey, request: Message, ctx: RequestContext) -> Message:
-        active = self.active
-        if active is not None:
-            return await active.handlers[key](request, ctx)
+    def _active_address(self) -> tuple[str, int]:
         target = self.election.active_address() if self.election is not None else None
         if target is None or target == (self.node.host, self.node.port):
             raise LeaderNotAvailableError(
                 "no coordinator is active at the moment (starting, or electing a new one); retry shortly"
             )
-        return await self.pool.request(*target, key, request)  # type: ignore[no-any-return]
+        return target  # type: ignore[no-any-return]
+
+    async def _active_request(self, key: ApiKey, request: Message, timeout: float | None = None) -> Any:
+        return await self.pool.request(*self._active_address(), key, request, timeout=timeout)
+
+    async def _route(self, key: ApiKey, request: Message, ctx: RequestContext) -> Message:
+        active = self.active
+        if active is not None:
+            return await active.handlers[key](request, ctx)
+        return await self._active_request(key, request)  # type: ignore[no-any-return]
+
+    async def _mirror_acls(self) -> None:
+        assert self._acl_mirror is not None
+        while True:
+            if self.active is None:
+                try:
+                    await self._acl_mirror.refresh()
+                except Exception as e:  # no active coordinator yet: keep the last ACLs
+                    log.debug("cannot mirror ACLs from the active coordinator: %s", e)
+            await asyncio.sleep(self._acl_mirror.interval)
+
+    def _table_path(self, table_id: int) -> TablePath | None:
+        active = self.active
+        record = active.store.get_table_by_id(table_id) if active is not None else None
+        return None if record is None else TablePath(record.database, record.name)

@@ -25,6 +25,7 @@ from strom.common.config import (
     MergeEngineType,
 )
 from strom.common.errors import InvalidConfigError, InvalidTableError, TooManyBucketsError
+from strom.common.json_limits import check_json_bounds
 from strom.common.partition import PARTITION_KEY_SUPPORTED_TYPES, validate_time_format
 from strom.common.schema import Schema
 from strom.common.table_descriptor import TableDescriptor
@@ -75,12 +76,13 @@ def _roots_text(roots: tuple[DataTypeRoot, ...]) -> str:
 def parse_table_descriptor(table_json: bytes | str) -> TableDescriptor:
     """CreateTable's table_json → descriptor; anything wrong is an InvalidTableError."""
     try:
+        check_json_bounds(table_json, "table descriptor")
         obj = json.loads(table_json)
     except (ValueError, UnicodeDecodeError) as e:
         raise InvalidTableError(f"Failed to parse table descriptor: {e}") from e
     try:
         return TableDescriptor.from_json(obj)
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
         raise InvalidTableError(f"Failed to parse table descriptor: {e}") from e
 
 
@@ -202,6 +204,7 @@ def validate_table_descriptor(
             )
         _option(conf, option)
 
+    _check_columns(schema)
     _check_distribution(descriptor, max_bucket_num)
     _check_primary_key(schema)
     _check_replication_factor(conf)
@@ -215,6 +218,13 @@ def validate_table_descriptor(
     _check_system_columns(schema)
     _check_statistics(descriptor, conf)
     _check_lake_format_matches_cluster(conf, cluster_datalake_format)
+
+
+def _check_columns(schema: Schema) -> None:
+    if not schema.columns:
+        raise InvalidTableError("The table schema must have at least one column.")
+    if any(not name.strip() for name in schema.column_names):
+        raise InvalidTableError("Column names must not be empty.")
 
 
 def _column_type(schema: Schema, name: str) -> DataType:

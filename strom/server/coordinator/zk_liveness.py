@@ -18,6 +18,7 @@ from kazoo.recipe.watchers import ChildrenWatch
 from strom.common.errors import ConfigError
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
+from strom.security.listeners import internal_listener_name
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer
 from strom.server.zookeeper import layout
@@ -36,13 +37,16 @@ class ZooKeeperLiveness(Liveness):
         self.membership = coordinator.membership
         self.zk = zk
         self.paths = paths_of(coordinator.config)
+        self.internal_listener = internal_listener_name(coordinator.config)
         self._dead_owners: set[int] = set()  # sessions of servers declared dead whose node is still there
         self._stopped = False
         self._sync_lock = asyncio.Lock()
 
     async def start(self) -> None:
-        for server_id, (host, port, rack, owner) in (await self._read_all()).items():
-            self.membership.register(server_id, host, port, rack, incarnation=owner, session_id=owner)
+        for server_id, (host, port, rack, listeners, owner) in (await self._read_all()).items():
+            self.membership.register(
+                server_id, host, port, rack, incarnation=owner, session_id=owner, listeners=listeners
+            )
         loop = asyncio.get_running_loop()
         changed = on_loop(loop, self._children_changed)
 
@@ -85,8 +89,8 @@ class ZooKeeperLiveness(Liveness):
 
     # ---- watching /tabletservers/ids
 
-    async def _read_all(self) -> dict[int, tuple[str, int, str | None, int]]:
-        """server id -> (host, port, rack, owner session) of every registration now."""
+    async def _read_all(self) -> dict[int, tuple[str, int, str | None, str | None, int]]:
+        """server id -> (host, port, rack, listeners, owner session) of every registration now."""
         ids = await call(self.zk.get_children, self.paths.server_ids)
         found = {}
         for child in ids:
@@ -94,13 +98,15 @@ class ZooKeeperLiveness(Liveness):
                 continue
             try:
                 data, stat = await call(self.zk.get, self.paths.server_id(int(child)))
-                host, port, rack = layout.parse_tablet_server_registration(data)
+                host, port, rack, listeners = layout.parse_tablet_server_registration(
+                    data, self.internal_listener
+                )
             except NoNodeError:
                 continue
             except (ValueError, KeyError) as e:
                 log.warning("unreadable registration of tablet server %s: %s", child, e)
                 continue
-            found[int(child)] = (host, port, rack, stat.ephemeralOwner)
+            found[int(child)] = (host, port, rack, listeners, stat.ephemeralOwner)
         return found
 
     def _children_changed(self, children: list[str]) -> None:
@@ -112,7 +118,7 @@ class ZooKeeperLiveness(Liveness):
             if self._stopped:
                 return
             registered = await self._read_all()
-            owners = {owner for (_, _, _, owner) in registered.values()}
+            owners = {owner for (*_, owner) in registered.values()}
             self._dead_owners &= owners  # nodes that went away need no remembering
             gone = [
                 server
@@ -122,11 +128,11 @@ class ZooKeeperLiveness(Liveness):
             if gone:
                 log.warning("tablet servers %s left ZooKeeper", sorted(s.server_id for s in gone))
                 await self.coordinator.servers_dead(gone)
-            for server_id, (host, port, rack, owner) in registered.items():
+            for server_id, (host, port, rack, listeners, owner) in registered.items():
                 known = self.membership.servers.get(server_id)
                 if (known is not None and known.incarnation == owner) or owner in self._dead_owners:
                     continue
                 server, restarted = self.membership.register(
-                    server_id, host, port, rack, incarnation=owner, session_id=owner
+                    server_id, host, port, rack, incarnation=owner, session_id=owner, listeners=listeners
                 )
                 await self.coordinator.server_registered(server, restarted)

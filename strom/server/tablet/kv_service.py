@@ -13,6 +13,7 @@ import asyncio
 import logging
 
 from strom.common.errors import (
+    CorruptRecordError,
     FlussError,
     InvalidRequiredAcksError,
     NonPrimaryKeyTableError,
@@ -123,6 +124,8 @@ class KvService:
                 if request.acks == -1:
                     waits.append((result, replica, end))
             except FlussError as e:
+                if isinstance(e, CorruptRecordError):
+                    log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
                 _set_error(result, e)
             except Exception as e:
                 _set_error(result, _unexpected(bucket, "PutKv", e))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from strom.common.errors import (
+    CorruptRecordError,
     FlussError,
     InvalidColumnProjectionError,
     InvalidRequiredAcksError,
@@ -25,7 +26,6 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimeoutError,
-    SchemaNotExistError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.table_bucket import TableBucket
@@ -73,9 +73,12 @@ class _TableRead:
 
 
 class LogService:
-    def __init__(self, replicas: ReplicaManager, min_in_sync_replicas: int = 1) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, min_in_sync_replicas: int = 1, max_wait_seconds: float = 30.0
+    ) -> None:
         self.replicas = replicas
         self.min_in_sync_replicas = min_in_sync_replicas
+        self.max_wait_seconds = max_wait_seconds  # log.fetch.max-wait-time: no fetch holds longer
 
     # ---- writes
 
@@ -102,19 +105,20 @@ class LogService:
                         "upserts (PutKv), not appends (ProduceLog)"
                     )
                 tablet = replica.log_tablet()
-                self._check_schema_ids(replica, entry.records)
                 if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                     raise NotEnoughReplicasError(
                         f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
                         f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
                     )
-                appended = tablet.append_as_leader(entry.records)
+                appended = tablet.append_as_leader(entry.records, replica.batch_check())
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
                 if request.acks == -1:
                     waits.append((result, replica, appended.last_offset + 1))
             except FlussError as e:
+                if isinstance(e, CorruptRecordError):
+                    log.warning("refused a produce batch for %s from %s: %s", bucket, ctx.peer, e.message)
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
@@ -132,16 +136,6 @@ class LogService:
                         ),
                     )
         return response
-
-    @staticmethod
-    def _check_schema_ids(replica: Replica, records: bytes) -> None:
-        known = replica.table_info.schema_id
-        for _, header in iter_batches(records):
-            if header.schema_id != known:
-                raise SchemaNotExistError(
-                    f"record batch has schema id {header.schema_id}, but table "
-                    f"'{replica.database}.{replica.table}' has schema id {known}"
-                )
 
     # ---- reads
 
@@ -239,7 +233,8 @@ class LogService:
         return len(fetched.records)
 
     async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
-        max_wait = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
+        asked = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
+        max_wait = min(max(asked, 0.0), self.max_wait_seconds)
         min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
         deadline = time.monotonic() + max_wait
         while True:

@@ -222,7 +222,7 @@ class ReplicaFetcherManager:
                     continue
                 try:
                     if result.HasField("records") and result.records:
-                        tablet.append_as_follower(result.records)
+                        tablet.append_as_follower(result.records, replica.batch_check())
                         replica.adopt_leader_epochs()
                         replica.notify_appended()
                     if result.HasField("high_watermark"):

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from strom.common.config import LogFormat
 from strom.common.errors import (
     FencedLeaderEpochError,
     LogStorageError,
@@ -22,6 +23,7 @@ from strom.common.errors import (
 )
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
+from strom.record.batch_validation import BatchCheck, log_batch_check
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
@@ -72,6 +74,7 @@ class Replica:
     # the leader's epoch entries not yet covered by this follower's log (copied as the data arrives)
     pending_epochs: list[EpochEntry] = field(default_factory=list)
     _arrow_schema: pa.Schema | None = None
+    _batch_check: BatchCheck | None = None
 
     def is_leader(self, server_id: int) -> bool:
         return self.leader == server_id
@@ -157,6 +160,20 @@ class Replica:
             self._arrow_schema = self.table_info.schema.to_arrow_schema()
         return self._arrow_schema
 
+    def batch_check(self) -> BatchCheck:
+        """How this table's batches are checked before its log takes them (`batch_validation`): what
+        a client produces and what a follower copies from its leader."""
+        if self._batch_check is None:
+            info = self.table_info
+            current = info.schema_id
+            self._batch_check = log_batch_check(
+                lambda schema_id: self.arrow_schema() if schema_id == current else None,
+                # a primary-key table's changelog is always ARROW (the KV tablet builds it)
+                arrow=info.log_format is LogFormat.ARROW or info.has_primary_key,
+                table=f"{self.database}.{self.table}",
+            )
+        return self._batch_check
+
     def notify_appended(self) -> None:
         waiters, self.waiters = self.waiters, []
         for waiter in waiters:
@@ -173,11 +190,26 @@ def replica_directory(
     data_dir: Path, database: str, table: str, bucket: TableBucket, partition_name: str | None
 ) -> Path:
     """`<data>/<db>/<table>-<table_id>[/<partition>-p<partition_id>]/bucket-<n>`: readable by a human,
-    unique by ids (a re-created table with the same name gets a new directory)."""
+    unique by ids (a re-created table with the same name gets a new directory).
+
+    Names come from requests, so each must be one plain path component, and the result must stay
+    inside `data_dir` (LogStorageError otherwise): a replica is never created anywhere else."""
+    for what, name in (("database", database), ("table", table), ("partition", partition_name)):
+        if name is not None and not _is_plain_component(name):
+            raise LogStorageError(f"{what} name {name!r} cannot name a directory of {bucket}")
     path = data_dir / database / f"{table}-{bucket.table_id}"
     if bucket.partition_id is not None:
         path = path / f"{partition_name}-p{bucket.partition_id}"
-    return path / f"bucket-{bucket.bucket}"
+    path = path / f"bucket-{bucket.bucket}"
+    if not path.resolve().is_relative_to(data_dir.resolve()):
+        raise LogStorageError(f"the directory of {bucket} would lie outside {data_dir}")
+    return path
+
+
+def _is_plain_component(name: str) -> bool:
+    return (
+        bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
+    )
 
 
 class ReplicaManager:
@@ -186,6 +218,8 @@ class ReplicaManager:
         self.data_dir = data_dir
         self.log_config = log_config
         self.replicas: dict[TableBucket, Replica] = {}
+        # tables whose last replica here was deleted (dropped): requests for them are for no bucket
+        self.deleted_tables: set[int] = set()
         # role-change hooks: the tablet server starts and stops follower fetching (and KV tablets)
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
@@ -199,6 +233,9 @@ class ReplicaManager:
 
     def leader_replica(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)
+        if replica is None and bucket.table_id in self.deleted_tables:
+            # not retriable in effect: no leader will ever come back for it
+            raise UnknownTableOrBucketError(f"{bucket} belongs to a dropped table")
         if replica is None or not replica.is_leader(self.server_id):
             leader = replica.leader if replica else None
             raise NotLeaderOrFollowerError(
@@ -227,6 +264,7 @@ class ReplicaManager:
             )
         replica = self.replicas.get(bucket)
         if replica is None:
+            self.deleted_tables.discard(bucket.table_id)
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
             directory.mkdir(parents=True, exist_ok=True)
             meta = directory / "replica.json"
@@ -297,6 +335,8 @@ class ReplicaManager:
                 f"leader epoch {current.leader_epoch}"
             )
         replica = self.replicas.pop(bucket, None)
+        if delete and replica is not None and not any(b.table_id == bucket.table_id for b in self.replicas):
+            self.deleted_tables.add(bucket.table_id)
         if replica is not None:
             self.on_stopped(replica)
             replica.close()

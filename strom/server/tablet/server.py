@@ -20,15 +20,20 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.errors import FlussError, LeaderNotAvailableError
+from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTableOrBucketError
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
-from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
-from strom.rpc.server import Handler, RequestContext, RpcServer
+from strom.rpc.limits import RpcLimits
+from strom.rpc.server import Handler, RequestContext
+from strom.security.layer import SecurityLayer, SecuritySettings
+from strom.security.listeners import ListenerSettings, endpoint_on
+from strom.server.rpc_listeners import ListenerGroup
+from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
@@ -52,7 +57,6 @@ FORWARDED_TO_COORDINATOR = (
     ApiKey.TABLE_EXISTS,
     ApiKey.GET_TABLE_SCHEMA,
     ApiKey.LIST_PARTITION_INFOS,
-    ApiKey.GET_METADATA,
     ApiKey.GET_LAKE_SNAPSHOT,
     ApiKey.GET_LATEST_KV_SNAPSHOTS,
     ApiKey.GET_KV_SNAPSHOT_METADATA,
@@ -78,10 +82,18 @@ class TabletServer:
         self.config = Configuration(config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
         self.live_servers: dict[int, tuple[str, int]] = {}
-        self.pool = ConnectionPool()
+        listeners = ListenerSettings.from_config(self.config, host, port)
+        security = SecuritySettings.from_config(self.config, listeners)
+        self.security = SecurityLayer(security, resolve_table=self._table_path)
+        # advertised listeners of the coordinator and the tablet servers, for Metadata answered here
+        self._coordinator_listeners: str | None = None
+        self._server_listeners: dict[int, str] = {}
+        self.pool = ConnectionPool(sasl=security.internal_login)
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
         self.log_service = LogService(
-            self.replica_manager, self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER)
+            self.replica_manager,
+            self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+            self.config.get(options.LOG_FETCH_MAX_WAIT_TIME).total_seconds(),
         )
         self.fetchers = ReplicaFetcherManager(
             server_id,
@@ -143,15 +155,26 @@ class TabletServer:
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
+                ApiKey.GET_METADATA: self._metadata,
+                ApiKey.LIST_ACLS: self._list_acls,
             }
         )
-        self.rpc = RpcServer(
+        self.rpc = ListenerGroup(
             name=f"tablet server {server_id}",
-            host=host,
-            port=port,
+            listeners=listeners,
             handlers=handlers,
             server_type=ServerType.TABLET_SERVER,
-            max_frame_size=self.config.get(options.RPC_MAX_FRAME_SIZE),
+            limits=RpcLimits.from_config(self.config),
+            security=self.security,
+        )
+        self.acl_sync = (
+            AclSync(
+                self.security.authorizer,
+                self._coordinator_request,
+                self.config.get(options.AUTHORIZER_ACL_REFRESH_INTERVAL).total_seconds(),
+            )
+            if self.security.authorizer is not None
+            else None
         )
 
     @property
@@ -174,6 +197,8 @@ class TabletServer:
             self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
         self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
         self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
+        if self.acl_sync is not None:
+            self._tasks.append(asyncio.create_task(self.acl_sync.run(), name="acl-sync"))
         if self.remote_logs is not None:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
             self._tasks.append(asyncio.create_task(self.remote_logs.run(interval), name="remote-log"))
@@ -219,12 +244,7 @@ class TabletServer:
                 if self.session_id is None:
                     response = await self._coordinator_request(
                         ApiKey.REGISTER_TABLET_SERVER,
-                        internal.RegisterTabletServerRequest(
-                            server_id=self.server_id,
-                            host=self.host,
-                            port=self.port,
-                            incarnation=self.incarnation,
-                        ),
+                        self._registration(),
                         timeout=10,
                     )
                     self.session_id = response.session_id
@@ -437,8 +457,50 @@ class TabletServer:
     # ---- handlers
 
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
-        key = _KEY_BY_REQUEST_TYPE[type(request)]
-        return await self._coordinator_request(key, request)
+        return await self._pass_on(_KEY_BY_REQUEST_TYPE[type(request)], request)
+
+    async def _pass_on(self, key: ApiKey, request: Message) -> Any:
+        """Send a client's request to the coordinator as it came, even with required fields missing:
+        the coordinator answers those with the right error code."""
+        connection = await self.pool.get(*self.coordinator)
+        body = await connection.request_raw(key, request.SerializePartialToString())
+        response = api_spec(key).response_type()
+        response.ParseFromString(body)
+        return response
+
+    async def _metadata(self, request: pb.MetadataRequest, ctx: RequestContext) -> Message:
+        """Metadata from the coordinator, with the addresses of the listener this client came through."""
+        response = await self._pass_on(ApiKey.GET_METADATA, request)
+        listener = ctx.session.listener
+        coordinator = response.coordinator_server
+        address = endpoint_on(listener, self._coordinator_listeners, (coordinator.host, coordinator.port))
+        if address is not None:
+            coordinator.host, coordinator.port = address
+        kept = []
+        for node in response.tablet_servers:
+            address = endpoint_on(listener, self._server_listeners.get(node.node_id), (node.host, node.port))
+            if address is not None:
+                kept.append(pb.PbServerNode(node_id=node.node_id, host=address[0], port=address[1]))
+        del response.tablet_servers[:]
+        response.tablet_servers.extend(kept)
+        return response
+
+    async def _list_acls(self, request: pb.ListAclsRequest, ctx: RequestContext) -> Message:
+        return self.security.list_acls(request, ctx.session)
+
+    def _registration(self) -> internal.RegisterTabletServerRequest:
+        node = self.rpc.describe(self.server_id)
+        return internal.RegisterTabletServerRequest(
+            server_id=self.server_id,
+            host=node.host,
+            port=node.port,
+            incarnation=self.incarnation,
+            listeners=node.listeners,
+        )
+
+    def _table_path(self, table_id: int) -> TablePath | None:
+        info = self._table_infos.get(table_id)
+        return None if info is None else info.table_path
 
     async def _get_security_token(self, request: Message, ctx: RequestContext) -> Message:
         # Local-directory remote storage needs no credentials. An empty token tells the client so, and
@@ -448,6 +510,9 @@ class TabletServer:
     async def _update_metadata(self, request: pb.UpdateMetadataRequest, ctx: RequestContext) -> Message:
         self.live_servers.clear()
         self.live_servers.update({s.node_id: (s.host, s.port) for s in request.tablet_servers})
+        self._server_listeners = {s.node_id: s.listeners for s in request.tablet_servers if s.listeners}
+        if request.HasField("coordinator_server") and request.coordinator_server.listeners:
+            self._coordinator_listeners = request.coordinator_server.listeners
         if self.zookeeper is not None and request.HasField("coordinator_server"):
             self.coordinator = (request.coordinator_server.host, request.coordinator_server.port)
         return pb.UpdateMetadataResponse()
@@ -465,10 +530,21 @@ class TabletServer:
                 table_info = await self._table_info(
                     bucket.table_id, TablePath(path.database_name, path.table_name)
                 )
+                known = table_info.table_path
+                if (path.database_name, path.table_name) != (known.database_name, known.table_name):
+                    raise UnknownTableOrBucketError(
+                        f"table id {bucket.table_id} is '{known}', "
+                        f"not '{path.database_name}.{path.table_name}'"
+                    )
+                if not 0 <= bucket.bucket < table_info.bucket_count:
+                    raise UnknownTableOrBucketError(
+                        f"table '{known}' has {table_info.bucket_count} buckets, "
+                        f"not a bucket {bucket.bucket}"
+                    )
                 self.replica_manager.become_leader_or_follower(
                     bucket,
-                    database=path.database_name,
-                    table=path.table_name,
+                    database=known.database_name,
+                    table=known.table_name,
                     partition_name=path.partition_name if path.HasField("partition_name") else None,
                     table_info=table_info,
                     leader=entry.leader,

@@ -80,9 +80,11 @@ class ZooKeeperRegistration:
     async def _register(self) -> None:
         server = self.server
         path = self.paths.server_id(server.server_id)
+        node = server.rpc.describe(server.server_id)
         registration = layout.tablet_server_registration(
-            server.host, server.port, None, int(time.time() * 1000)
+            node.host, node.port, None, int(time.time() * 1000), node.listeners
         )
+        internal = server.rpc.listeners.internal
         deadline = time.monotonic() + session_timeout(server.config) + 5
         while not self._stopping:
             try:
@@ -97,8 +99,8 @@ class ZooKeeperRegistration:
                 continue
             if stat.ephemeralOwner == self.zk.client_id[0]:
                 return  # ours already (a retry after a lost reply)
-            host, port, _ = layout.parse_tablet_server_registration(data)
-            gone = (host, port) == (server.host, server.port) or await probe(host, port) is False
+            host, port, _, _ = layout.parse_tablet_server_registration(data, internal)
+            gone = (host, port) == (node.host, node.port) or await probe(host, port) is False
             if gone or time.monotonic() > deadline:
                 log.warning(
                     "replacing the registration of tablet server %d left by %s:%d (%s)",
@@ -136,7 +138,7 @@ class ZooKeeperRegistration:
             self.server.coordinator = None
             return
         try:
-            _, host, port = layout.parse_coordinator_address(data)
+            _, host, port = layout.parse_coordinator_address(data, self.server.rpc.listeners.internal)
         except (ValueError, KeyError) as e:
             log.warning("unreadable %s: %s", self.paths.coordinator_active, e)
             return

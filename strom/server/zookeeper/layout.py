@@ -141,7 +141,7 @@ def listeners(host: str, port: int) -> str:
     return f"{LISTENER_NAME}://{host}:{port}"
 
 
-def parse_listeners(text: str) -> tuple[str, int]:
+def parse_listeners(text: str, internal: str = LISTENER_NAME) -> tuple[str, int]:
     """The internal listener's host and port from "NAME://host:port,..." (else the first one)."""
     endpoints = []
     for item in text.split(","):
@@ -149,28 +149,31 @@ def parse_listeners(text: str) -> tuple[str, int]:
         host, _, port = address.rpartition(":")
         endpoints.append((name, host.strip("[]"), int(port)))
     for name, host, port in endpoints:
-        if name == LISTENER_NAME:
+        if name == internal:
             return host, port
     return endpoints[0][1], endpoints[0][2]
 
 
-def coordinator_address(coordinator_id: str, host: str, port: int) -> bytes:
-    return dumps({"version": 2, "id": coordinator_id, "listeners": listeners(host, port)})
+def coordinator_address(coordinator_id: str, host: str, port: int, advertised: str | None = None) -> bytes:
+    """Fluss's CoordinatorAddress: every advertised listener (or the one given by host and port)."""
+    return dumps({"version": 2, "id": coordinator_id, "listeners": advertised or listeners(host, port)})
 
 
-def parse_coordinator_address(data: bytes) -> tuple[str, str, int]:
-    """(id, host, port)"""
+def parse_coordinator_address(data: bytes, internal: str = LISTENER_NAME) -> tuple[str, str, int]:
+    """(id, host, port) on the internal listener"""
     obj = json.loads(data)
     if obj.get("version") == 1:
         return str(obj["id"]), obj["host"], int(obj["port"])
-    host, port = parse_listeners(obj["listeners"])
+    host, port = parse_listeners(obj["listeners"], internal)
     return str(obj["id"]), host, port
 
 
-def tablet_server_registration(host: str, port: int, rack: str | None, register_time_ms: int) -> bytes:
+def tablet_server_registration(
+    host: str, port: int, rack: str | None, register_time_ms: int, advertised: str | None = None
+) -> bytes:
     obj: dict[str, Any] = {
         "version": 4,
-        "listeners": listeners(host, port),
+        "listeners": advertised or listeners(host, port),
         "register_timestamp": register_time_ms,
     }
     if rack is not None:
@@ -178,14 +181,15 @@ def tablet_server_registration(host: str, port: int, rack: str | None, register_
     return dumps(obj)
 
 
-def parse_tablet_server_registration(data: bytes) -> tuple[str, int, str | None]:
-    """(host, port, rack)"""
+def parse_tablet_server_registration(
+    data: bytes, internal: str = LISTENER_NAME
+) -> tuple[str, int, str | None, str | None]:
+    """(host, port, rack, every advertised listener) with host and port on the internal listener"""
     obj = json.loads(data)
     if obj.get("version") == 1:
-        host, port = obj["host"], int(obj["port"])
-    else:
-        host, port = parse_listeners(obj["listeners"])
-    return host, port, obj.get("rack")
+        return obj["host"], int(obj["port"]), obj.get("rack"), None
+    host, port = parse_listeners(obj["listeners"], internal)
+    return host, port, obj.get("rack"), obj["listeners"]
 
 
 # ---- databases and tables

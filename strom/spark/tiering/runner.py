@@ -16,7 +16,7 @@ class SplitRunner(Protocol):
         self,
         splits: Sequence[TieringSplit],
         table_info: TableInfo,
-        bootstrap: str,
+        client: Mapping[str, str],
         lake_format: str,
         lake_properties: Mapping[str, str],
     ) -> list[WriteResult]: ...
@@ -29,11 +29,11 @@ class LocalSplitRunner:
         self,
         splits: Sequence[TieringSplit],
         table_info: TableInfo,
-        bootstrap: str,
+        client: Mapping[str, str],
         lake_format: str,
         lake_properties: Mapping[str, str],
     ) -> list[WriteResult]:
-        return [write_split(s, table_info, bootstrap, lake_format, lake_properties) for s in splits]
+        return [write_split(s, table_info, client, lake_format, lake_properties) for s in splits]
 
 
 class SparkSplitRunner:
@@ -51,17 +51,18 @@ class SparkSplitRunner:
         self,
         splits: Sequence[TieringSplit],
         table_info: TableInfo,
-        bootstrap: str,
+        client: Mapping[str, str],
         lake_format: str,
         lake_properties: Mapping[str, str],
     ) -> list[WriteResult]:
         if not splits:
             return []
         properties = dict(lake_properties)
+        client = dict(client)
 
         def run_partition(items: Any) -> Any:
             for split in items:
-                yield write_split(split, table_info, bootstrap, lake_format, properties)
+                yield write_split(split, table_info, client, lake_format, properties)
 
         partitions = min(self.parallelism, len(splits))
         rdd = self.spark.sparkContext.parallelize(list(splits), partitions)

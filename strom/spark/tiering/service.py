@@ -47,6 +47,12 @@ class TieringSettings:
     lake_properties: Mapping[str, str]
     poll_interval: float = 5.0  # how often an idle service asks for a table
     heartbeat_interval: float = 2.0  # while a round runs (well below lake.tiering.job-timeout)
+    # client options (client.security.* and others) for the driver's and the executors' connections
+    client_properties: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def client(self) -> dict[str, str]:
+        return {**self.client_properties, "bootstrap.servers": self.bootstrap}
 
 
 @dataclass
@@ -109,7 +115,7 @@ class TieringService:
 
     async def run(self, stop: asyncio.Event | None = None, max_rounds: int | None = None) -> None:
         stop = stop or asyncio.Event()
-        self._connection = await Connection.create({"bootstrap.servers": self.settings.bootstrap})
+        self._connection = await Connection.create(self.settings.client)
         log.info(
             "tiering service started: lake format %s, cluster %s",
             self.settings.lake_format,
@@ -262,7 +268,7 @@ class TieringService:
             self.runner.run,
             splits,
             info,
-            self.settings.bootstrap,
+            self.settings.client,
             self.settings.lake_format,
             self.settings.lake_properties,
         )

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 def write_split(
     split: TieringSplit,
     table_info: TableInfo,
-    bootstrap: str,
+    client: Mapping[str, str],
     lake_format: str,
     lake_properties: Mapping[str, str],
 ) -> WriteResult:
@@ -39,7 +39,7 @@ def write_split(
         else split.bucket
     )
     with (
-        SyncConnection({"bootstrap.servers": bootstrap}) as connection,
+        SyncConnection(dict(client)) as connection,
         storage.writer(table_info, bucket, split.partition_name) as writer,
     ):
         table_path = f"{split.database}.{split.table}"

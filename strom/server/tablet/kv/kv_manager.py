@@ -179,6 +179,7 @@ class KvManager:
             flushed_offset=start,
             row_count=row_count,
             write_buffer_bytes=self.write_buffer_bytes,
+            bucket=bucket.bucket,
         )
         try:
             for _ in iter_recover(kv, log_tablet, start, row_count):

@@ -53,6 +53,7 @@ from strom.record.change_type import ChangeType
 from strom.record.compacted_row import CompactedRowDecoder
 from strom.record.kv_batch import KvRecordBatch
 from strom.record.log_batch import NO_WRITER_ID
+from strom.server.tablet.kv.key_check import KeyCheck
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
 from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
 from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
@@ -119,6 +120,7 @@ class KvTablet:
         log: LogTablet,
         flushed_offset: int,
         row_count: int | None,
+        bucket: int | None = None,
     ) -> None:
         self.directory = directory
         self.table_info = table_info
@@ -132,6 +134,7 @@ class KvTablet:
         self._schema_prefix = _SCHEMA_ID.pack(table_info.schema_id)
         self._arrow_schema = table_info.schema.to_arrow_schema()
         self._decoder = CompactedRowDecoder(table_info.schema.row_type)
+        self._key_check = KeyCheck(table_info, bucket)
         self._empty_records = pa.RecordBatch.from_arrays(
             [pa.array([], f.type) for f in self._arrow_schema], schema=self._arrow_schema
         )
@@ -151,11 +154,13 @@ class KvTablet:
         flushed_offset: int = 0,
         row_count: int | None = 0,
         write_buffer_bytes: int | None = None,
+        bucket: int | None = None,
     ) -> KvTablet:
         """Open (creating when absent) the RocksDB database in `directory`.
 
         `flushed_offset` and `row_count` describe what the database already holds (a restored
         snapshot); a fresh database holds nothing (0, 0). Row counts are not kept with a WAL image.
+        With `bucket`, a row whose bucket key hashes elsewhere is refused (`KeyCheck`).
         """
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +173,7 @@ class KvTablet:
             raise KvStorageError(f"cannot open the kv store in {directory}: {e}") from e
         if table_info.changelog_image is ChangelogImage.WAL:
             row_count = None
-        return cls(directory, db, table_info, log, flushed_offset, row_count)
+        return cls(directory, db, table_info, log, flushed_offset, row_count, bucket)
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -226,6 +231,7 @@ class KvTablet:
         merger = self._merger(target_columns)
         behavior = merger.delete_behavior
         records = batch.records
+        self._key_check.check_null_keys([v for _, v in records if v is not None])
         allow_delete = behavior is DeleteBehavior.ALLOW
         if behavior is DeleteBehavior.DISABLE and any(v is None for _, v in records):
             raise DeletionDisabledError(
@@ -287,7 +293,7 @@ class KvTablet:
             add_write((key, new, len(types) - 1, 0))
             state[key] = new
 
-        changelog = self._build_changelog(rows, types, batch.writer_id, batch.batch_sequence)
+        changelog = self._build_changelog(rows, types, batch.writer_id, batch.batch_sequence, writes)
         return PreparedPut(changelog, bytes(types), writes, self.log.log_end_offset, len(records))
 
     def _old_values(
@@ -322,7 +328,12 @@ class KvTablet:
         return state
 
     def _build_changelog(
-        self, rows: list[bytes], types: bytearray, writer_id: int, batch_sequence: int
+        self,
+        rows: list[bytes],
+        types: bytearray,
+        writer_id: int,
+        batch_sequence: int,
+        writes: list[tuple[bytes, bytes | None, int, int]],
     ) -> bytes | None:
         if not types:
             if writer_id == NO_WRITER_ID:
@@ -330,7 +341,16 @@ class KvTablet:
             # keeps the idempotent writer's sequence moving (see the module doc)
             records = self._empty_records
         else:
-            records = self._decoder.to_arrow([r[2:] for r in rows], self._arrow_schema)
+            try:
+                records = self._decoder.to_arrow([r[2:] for r in rows], self._arrow_schema)
+            except Exception as e:
+                raise CorruptRecordError(
+                    f"kv records of '{self.table_info.table_path}' are not rows of its schema: {e}"
+                ) from None
+            stored = [(key, index) for key, value, index, _ in writes if value is not None]
+            if stored:
+                rows_stored = records.take(pa.array([i for _, i in stored], pa.int32()))
+                self._key_check.check(rows_stored, [k for k, _ in stored])
         return build_arrow_log_batch(
             records,
             schema_id=self._schema_id,

@@ -363,6 +363,9 @@ def create_row_merger(info: TableInfo, target_columns: Sequence[int] | None = No
             f"Partial update is not supported for the {engine.value.lower()} merge engine "
             f"(table '{info.table_path}')."
         )
+    if len(set(target_columns)) != len(target_columns):
+        duplicates = sorted({names[c] for c in target_columns if list(target_columns).count(c) > 1})
+        raise InvalidTargetColumnError(f"The target write columns name {duplicates} more than once.")
     targets = set(target_columns)
     if len(targets) == n:
         return base  # every column: a full-row upsert

@@ -29,6 +29,7 @@ from strom.common.errors import (
     LogStorageError,
     RecordTooLargeError,
 )
+from strom.record.batch_validation import BatchCheck
 from strom.record.log_batch import (
     LENGTH_OFFSET,
     LOG_OVERHEAD,
@@ -273,17 +274,20 @@ class LogTablet:
 
     # ---- appending -------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview) -> AppendResult:
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, check: BatchCheck | None = None
+    ) -> AppendResult:
         """Validate, assign offsets and the commit timestamp, and append; all or nothing.
 
-        Every batch is checked (header, magic, size, CRC, writer sequence) before anything is written.
+        Every batch is checked (header, magic, size, CRC, then `check` on its contents, writer
+        sequence) before anything is written.
         A writable buffer is patched in place; bytes are copied once. A remembered retry of an
         idempotent batch writes nothing and returns the original placement with duplicate=True.
         """
         self._check_open()
         self._poll_flushes()
         records = _byte_view(records)
-        batches = self._validate(records, self.config.batch_size_limit)
+        batches = self._validate(records, self.config.batch_size_limit, check)
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
@@ -321,7 +325,9 @@ class LogTablet:
         self._after_append(offset)
         return AppendResult(leo, offset - 1, timestamp, record_count)
 
-    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendResult:
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, check: BatchCheck | None = None
+    ) -> AppendResult:
         """Append batches whose offsets and timestamps the leader assigned; still CRC-checked.
 
         The first batch must start at or after the log end offset and offsets must increase.
@@ -330,7 +336,7 @@ class LogTablet:
         self._poll_flushes()
         records = _byte_view(records)
         # The leader enforced its batch size limit; here only what a segment can physically hold.
-        batches = self._validate(records, self.config.segment_bytes)
+        batches = self._validate(records, self.config.segment_bytes, check)
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
@@ -359,8 +365,11 @@ class LogTablet:
         return AppendResult(first, expected - 1, max_ts, record_count)
 
     @staticmethod
-    def _validate(records: bytes | bytearray | memoryview, limit: int) -> list[tuple[int, LogBatchHeader]]:
-        """Parse and check every batch header and CRC; raises before anything is written."""
+    def _validate(
+        records: bytes | bytearray | memoryview, limit: int, check: BatchCheck | None = None
+    ) -> list[tuple[int, LogBatchHeader]]:
+        """Parse and check every batch header and CRC, then its contents with `check`; raises before
+        anything is written."""
         end = len(records)
         batches: list[tuple[int, LogBatchHeader]] = []
         pos = 0
@@ -386,6 +395,8 @@ class LogTablet:
                 raise CorruptRecordError(
                     f"record batch at position {pos} fails its CRC check (stored {header.crc})"
                 )
+            if check is not None:
+                check(records, pos, header)
             batches.append((pos, header))
             pos += size
         return batches

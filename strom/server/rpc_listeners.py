@@ -1,0 +1,65 @@
+"""One RPC server per configured listener, sharing one set of handlers and one security layer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from strom.rpc.api import ApiKey, ServerType
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.limits import RpcLimits
+from strom.rpc.server import Handler, RpcServer
+from strom.security.layer import SecurityLayer
+from strom.security.listeners import ListenerSettings, format_endpoints
+
+
+class ListenerGroup:
+    """The sockets of one server process. `port` is the internal listener's (what peers use)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        listeners: ListenerSettings,
+        handlers: dict[ApiKey, Handler],
+        server_type: ServerType,
+        limits: RpcLimits,
+        security: SecurityLayer,
+    ) -> None:
+        self.listeners = listeners
+        self.security = security
+        self.servers = {
+            endpoint.listener: RpcServer(
+                name=name,
+                host=endpoint.host,
+                port=endpoint.port,
+                handlers=handlers,
+                server_type=server_type,
+                limits=limits,
+                listener=endpoint.listener,
+                guard=security,
+            )
+            for endpoint in listeners.bind
+        }
+
+    async def start(self) -> None:
+        for server in self.servers.values():
+            await server.start()
+        # listeners bound to port 0 advertise the port they got
+        self.listeners = self.listeners.with_bound_ports({n: s.port for n, s in self.servers.items()})
+
+    async def close(self) -> None:
+        await asyncio.gather(*(server.close() for server in self.servers.values()))
+
+    @property
+    def port(self) -> int:
+        return self.servers[self.listeners.internal].port
+
+    def describe(self, node_id: int) -> pb.PbServerNode:
+        """This server as peers reach it (internal listener) plus every advertised listener."""
+        internal = self.listeners.internal_endpoint
+        return pb.PbServerNode(
+            node_id=node_id,
+            host=internal.host,
+            port=internal.port,
+            listeners=format_endpoints(self.listeners.advertised),
+        )
