@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -54,12 +54,17 @@ def connect(config: Configuration) -> KazooClient:
     return client
 
 
+# Answers about the data that callers act on (the node exists, is gone, changed, has children); every
+# other ZooKeeper failure (connection, session, timeout) becomes a StorageError.
+_OUTCOMES = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
+
+
 async def call(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a blocking kazoo call on an executor thread; ZooKeeper failures become StorageError."""
     loop = asyncio.get_running_loop()
     try:
         return await loop.run_in_executor(None, partial(function, *args, **kwargs))
-    except FlussError:
+    except (FlussError, *_OUTCOMES):
         raise
     except (KazooException, KazooTimeoutError) as e:
         raise StorageError(f"ZooKeeper: {type(e).__name__}: {e}") from e
