@@ -189,6 +189,9 @@ def tablet_server(
     help="Run splits on Spark executors, or in this process without Spark.",
 )
 @click.option("--poll-interval", default=5.0, show_default=True, help="Seconds between requests for work.")
+@click.option(
+    "--host", default="0.0.0.0", show_default=True, help="Address the metrics endpoint (if any) binds to."
+)
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
@@ -198,6 +201,7 @@ def tiering(
     master: str,
     runner: str,
     poll_interval: float,
+    host: str,
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
@@ -239,14 +243,23 @@ def tiering(
         split_runner = LocalSplitRunner()
 
     async def start() -> Any:
-        service = TieringService(settings, split_runner)
+        from strom.common.config import Configuration
+        from strom.metrics import Metrics, start_reporter
+        from strom.metrics.tiering import TieringMetrics
+
+        metrics = Metrics("tiering")
+        service = TieringService(settings, split_runner, TieringMetrics(metrics))
+        reporter = start_reporter(metrics, Configuration(config), host)
         stop = asyncio.Event()
-        task = asyncio.create_task(service.run(stop))
+        tasks = [asyncio.create_task(service.run(stop)), asyncio.create_task(metrics.refresh_state())]
 
         class Running:
             async def stop(self) -> None:
                 stop.set()
-                await task
+                await tasks[0]
+                tasks[1].cancel()
+                if reporter is not None:
+                    reporter.close()
 
         return Running()
 
@@ -379,6 +392,7 @@ def local(
         if tiering
         else None
     )
+    local_cluster.serve_metrics([*servers, *([tiering_process] if tiering_process else [])], host)
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -421,6 +435,7 @@ def local(
                 "host": s.host,
                 "port": s.port if s.role != TIERING else None,
                 "pid": s.pid,
+                **({"metrics": s.metrics_address} if s.metrics_address else {}),
             }
             for s in servers
         ],

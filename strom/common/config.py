@@ -742,6 +742,19 @@ LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
     "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
 )
+METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
+    "metrics.reporters",
+    list,
+    [],
+    "Metric reporters to start; 'prometheus' serves the process's metrics over HTTP.",
+)
+METRICS_REPORTER_PROMETHEUS_PORT: ConfigOption[str] = ConfigOption(
+    "metrics.reporter.prometheus.port",
+    str,
+    "9249",
+    "Port of the Prometheus reporter, or a range such as 9250-9260 from which each process takes the "
+    "first free port (several servers on one host).",
+)
 KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
     "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
 )
@@ -815,6 +828,8 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
         LAKE_TIERING_JOB_TIMEOUT,
+        METRICS_REPORTERS,
+        METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,
     ]
 )

@@ -81,6 +81,11 @@ class WriteResult:
     start_offset: int | None = None
 
     @property
+    def bytes_written(self) -> int:
+        """Bytes of the files the split wrote (formats that know them say so)."""
+        return 0
+
+    @property
     def bucket_key(self) -> BucketKey:
         return (self.table_bucket.partition_id, self.table_bucket.bucket)
 

@@ -130,6 +130,11 @@ class KvRecordBatch:
         return cls(length, magic, crc, schema_id, attributes, writer_id, batch_sequence, count, records, view)
 
 
+def kv_record_count(batch: Buffer) -> int:
+    """The record count a KV batch's header declares (0 for a batch too short to have one)."""
+    return _HEADER.unpack_from(batch, 0)[7] if len(batch) >= KV_HEADER_SIZE else 0
+
+
 def check_writer_fields(writer_id: int, batch_sequence: int, what: str) -> None:
     """An idempotent writer id comes with a sequence and no writer with none (-1 both)."""
     if writer_id < -1 or batch_sequence < -1 or (writer_id == -1) != (batch_sequence == -1):

@@ -69,6 +69,9 @@ class ApiKey(enum.IntEnum):
     TABLET_SERVER_HEARTBEAT = 9002
     # Strom-only: KIP-101 truncation by leader epoch (Fluss followers truncate to their high watermark).
     OFFSET_FOR_LEADER_EPOCH = 9003
+    # Strom-only: what `strom status` shows (Fluss keeps it in ZooKeeper or in memory).
+    DESCRIBE_CLUSTER = 9004
+    DESCRIBE_REPLICAS = 9005
 
 
 # Version ranges that differ from 0..0 (Fluss `ApiKeys`; the Rust client has the same ranges).
@@ -88,6 +91,8 @@ _INTERNAL_KEYS = {
     ApiKey.REGISTER_TABLET_SERVER,
     ApiKey.TABLET_SERVER_HEARTBEAT,
     ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.DESCRIBE_REPLICAS,
 }
 
 

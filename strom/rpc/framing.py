@@ -20,7 +20,6 @@ RESPONSE_SUCCESS = 0
 RESPONSE_ERROR = 1
 
 
-
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
     api_key: int

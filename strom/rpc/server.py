@@ -60,6 +60,12 @@ class Session:
         return self.peer.rpartition(":")[0] or self.peer
 
 
+class RequestObserver(Protocol):
+    """Sees every answered request (`strom.metrics.requests.RequestMetrics`)."""
+
+    def observe(self, api_key: int, seconds: float, failed: bool, request_bytes: int) -> None: ...
+
+
 class RequestGuard(Protocol):
     """The security layer (`strom.security.layer.SecurityLayer`), called before and after handlers."""
 
@@ -93,6 +99,7 @@ class RpcServer:
         limits: RpcLimits | None = None,
         listener: str = "FLUSS",
         guard: RequestGuard | None = None,
+        observer: RequestObserver | None = None,
     ) -> None:
         self.name = name
         self.host = host
@@ -103,6 +110,7 @@ class RpcServer:
         self.budget = MemoryBudget(self.limits.max_buffered_bytes)
         self.listener = listener
         self.guard = guard
+        self.observer = observer
         self.sasl = guard is not None and guard.requires_authentication(listener)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -330,10 +338,13 @@ class _Connection(asyncio.Protocol):
 
     async def _handle(self, header: RequestHeader, body: bytes) -> None:
         server = self.server
+        started = time.perf_counter()
+        failed = True
         try:
             key = header.api_key
             if key == ApiKey.API_VERSIONS:
                 self._send(RESPONSE_SUCCESS, header.request_id, server._api_versions_body)
+                failed = False
                 return
             try:
                 spec = api_spec(key)
@@ -341,6 +352,7 @@ class _Connection(asyncio.Protocol):
                 raise UnsupportedVersionError(f"unknown API key {key}") from None
             if key == ApiKey.AUTHENTICATE and server.sasl:
                 await self._authenticate(header, body)
+                failed = self.session.authentication_failed
                 return
             handler = server.handlers.get(ApiKey(key))
             if handler is None:
@@ -369,6 +381,7 @@ class _Connection(asyncio.Protocol):
             if guard is not None:
                 guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
             self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+            failed = False
         except asyncio.CancelledError:
             raise
         except FlussError as e:
@@ -380,6 +393,9 @@ class _Connection(asyncio.Protocol):
         except Exception as e:
             log.exception("%s: unexpected error handling api key %d", server.name, header.api_key)
             self._send_error(header.request_id, e)
+        finally:
+            if server.observer is not None:
+                server.observer.observe(header.api_key, time.perf_counter() - started, failed, len(body))
 
     async def _authenticate(self, header: RequestHeader, body: bytes) -> None:
         """One SASL step. A failure is answered and then the connection is closed: nothing else is

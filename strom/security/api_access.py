@@ -170,6 +170,8 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.LIMIT_SCAN: _on_table_id(READ),
     ApiKey.LIST_OFFSETS: _on_table_id(DESCRIBE),
     ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: _security_token,
+    ApiKey.DESCRIBE_CLUSTER: _on_cluster(DESCRIBE),
+    ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
     # answered for everyone, then filtered below
     ApiKey.LIST_DATABASES: lambda request, access: None,
     ApiKey.LIST_TABLES: lambda request, access: None,

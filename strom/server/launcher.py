@@ -45,6 +45,7 @@ class ServerProcess:
     coordinator: str | None = None  # host:port, for tablet servers
     log_path: Path | None = None
     extra_args: list[str] = field(default_factory=list)
+    metrics_address: str | None = None  # host:port of its Prometheus endpoint, when it serves one
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property

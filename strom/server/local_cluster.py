@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from strom.server.launcher import COORDINATOR, ServerProcess, free_port
+from strom.server.launcher import COORDINATOR, TIERING, ServerProcess, free_port
 from strom.server.zookeeper.local_server import LocalZooKeeper
 
 CLUSTER_JSON = "cluster.json"
@@ -42,6 +42,23 @@ def start_zookeeper(data_dir: Path, host: str) -> LocalZooKeeper:
         server.stop()
         raise
     return server
+
+
+def serve_metrics(processes: list[ServerProcess], host: str) -> None:
+    """Every process serves Prometheus metrics on a port of its own (unless the user configured the
+    reporters), so that cluster.json can say where."""
+    for process in processes:
+        if "metrics.reporters" in process.config:
+            continue
+        port = free_port(host)
+        process.config = {
+            **process.config,
+            "metrics.reporters": "prometheus",
+            "metrics.reporter.prometheus.port": str(port),
+        }
+        process.metrics_address = f"{host}:{port}"
+        if process.role == TIERING:
+            process.extra_args = [*process.extra_args, "--host", host]
 
 
 def coordinator_processes(

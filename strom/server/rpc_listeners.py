@@ -7,7 +7,7 @@ import asyncio
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.limits import RpcLimits
-from strom.rpc.server import Handler, RpcServer
+from strom.rpc.server import Handler, RequestObserver, RpcServer
 from strom.security.layer import SecurityLayer
 from strom.security.listeners import ListenerSettings, format_endpoints
 
@@ -24,6 +24,7 @@ class ListenerGroup:
         server_type: ServerType,
         limits: RpcLimits,
         security: SecurityLayer,
+        observer: RequestObserver | None = None,
     ) -> None:
         self.listeners = listeners
         self.security = security
@@ -37,6 +38,7 @@ class ListenerGroup:
                 limits=limits,
                 listener=endpoint.listener,
                 guard=security,
+                observer=observer,
             )
             for endpoint in listeners.bind
         }

@@ -53,6 +53,10 @@ class IcebergWriteResult(WriteResult):
     def files(self) -> tuple[IcebergFile, ...]:
         return self.data_files + self.delete_files
 
+    @property
+    def bytes_written(self) -> int:
+        return sum(f.file_size_in_bytes for f in self.files)
+
 
 def partition_values(
     table: Table, table_info: TableInfo, bucket: int, partition_name: str | None

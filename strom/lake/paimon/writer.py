@@ -60,6 +60,10 @@ class PaimonWriteResult(WriteResult):
     def file_names(self) -> tuple[str, ...]:
         return message_file_names(self.messages)
 
+    @property
+    def bytes_written(self) -> int:
+        return sum(f.file_size for m in self.messages for f in [*m.new_files, *m.changelog_files])
+
 
 def message_file_names(messages: Sequence[CommitMessage]) -> tuple[str, ...]:
     return tuple(f.file_name for m in messages for f in [*m.new_files, *m.changelog_files])

@@ -24,13 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"\x82\x01\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\x12\x11\n\tlisteners\x18\x06 \x01(\t\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05\"~\n\x1bOffsetForLeaderEpochRequest\x12\x1a\n\x12\x66ollower_server_id\x18\x01 \x02(\x05\x12\x43\n\x07\x62uckets\x18\x02 \x03(\x0b\x32\x32.strom.internal.PbOffsetForLeaderEpochReqForBucket\"\x93\x01\n\"PbOffsetForLeaderEpochReqForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x02(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x02(\x05\"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x33.strom.internal.PbOffsetForLeaderEpochRespForBucket\"\xf0\x01\n#PbOffsetForLeaderEpochRespForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x12\n\nend_offset\x18\x07 \x01(\x03\x12\x39\n\repoch_entries\x18\x08 \x03(\x0b\x32\".strom.internal.PbLeaderEpochEntry\"9\n\x12PbLeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x02(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x02(\x03')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14strom_internal.proto\x12\x0estrom.internal\"\x82\x01\n\x1bRegisterTabletServerRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x13\n\x0bincarnation\x18\x05 \x01(\x03\x12\x11\n\tlisteners\x18\x06 \x01(\t\"i\n\x1cRegisterTabletServerResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\x12\x1a\n\x12session_timeout_ms\x18\x03 \x02(\x05\"E\n\x1cTabletServerHeartbeatRequest\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x12\n\nsession_id\x18\x02 \x02(\x03\"Q\n\x1dTabletServerHeartbeatResponse\x12\x15\n\rsession_valid\x18\x01 \x02(\x08\x12\x19\n\x11\x63oordinator_epoch\x18\x02 \x01(\x05\"~\n\x1bOffsetForLeaderEpochRequest\x12\x1a\n\x12\x66ollower_server_id\x18\x01 \x02(\x05\x12\x43\n\x07\x62uckets\x18\x02 \x03(\x0b\x32\x32.strom.internal.PbOffsetForLeaderEpochReqForBucket\"\x93\x01\n\"PbOffsetForLeaderEpochReqForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x1c\n\x14\x63urrent_leader_epoch\x18\x04 \x02(\x05\x12\x14\n\x0cleader_epoch\x18\x05 \x02(\x05\"d\n\x1cOffsetForLeaderEpochResponse\x12\x44\n\x07\x62uckets\x18\x01 \x03(\x0b\x32\x33.strom.internal.PbOffsetForLeaderEpochRespForBucket\"\xf0\x01\n#PbOffsetForLeaderEpochRespForBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x12\n\nerror_code\x18\x04 \x01(\x05\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12\x14\n\x0cleader_epoch\x18\x06 \x01(\x05\x12\x12\n\nend_offset\x18\x07 \x01(\x03\x12\x39\n\repoch_entries\x18\x08 \x03(\x0b\x32\".strom.internal.PbLeaderEpochEntry\"9\n\x12PbLeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x02(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x02(\x03\"\x18\n\x16\x44\x65scribeClusterRequest\"\xa1\x02\n\x17\x44\x65scribeClusterResponse\x12\x19\n\x11\x63oordinator_epoch\x18\x01 \x02(\x05\x12\x34\n\x0etablet_servers\x18\x02 \x03(\x0b\x32\x1c.strom.internal.StatusServer\x12+\n\x06tables\x18\x03 \x03(\x0b\x32\x1b.strom.internal.StatusTable\x12-\n\x07\x62uckets\x18\x04 \x03(\x0b\x32\x1c.strom.internal.StatusBucket\x12)\n\x05lakes\x18\x05 \x03(\x0b\x32\x1a.strom.internal.StatusLake\x12.\n\x07tiering\x18\x06 \x03(\x0b\x32\x1d.strom.internal.StatusTiering\"_\n\x0cStatusServer\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x0c\n\x04host\x18\x02 \x02(\t\x12\x0c\n\x04port\x18\x03 \x02(\x05\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x12\n\nremembered\x18\x05 \x01(\x08\"\x80\x01\n\x0bStatusTable\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x10\n\x08\x64\x61tabase\x18\x02 \x02(\t\x12\x0c\n\x04name\x18\x03 \x02(\t\x12\x13\n\x0bprimary_key\x18\x04 \x02(\x08\x12\x14\n\x0clake_enabled\x18\x05 \x02(\x08\x12\x14\n\x0c\x62ucket_count\x18\x06 \x02(\x05\"\xdc\x01\n\x0cStatusBucket\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x16\n\x0epartition_name\x18\x03 \x01(\t\x12\x11\n\tbucket_id\x18\x04 \x02(\x05\x12\x14\n\x08replicas\x18\x05 \x03(\x05\x42\x02\x10\x01\x12\x0e\n\x06leader\x18\x06 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x07 \x02(\x05\x12\x0f\n\x03isr\x18\x08 \x03(\x05\x42\x02\x10\x01\x12\x14\n\x0c\x62ucket_epoch\x18\t \x02(\x05\x12\x16\n\x0ekv_snapshot_id\x18\n \x01(\x03\"z\n\nStatusLake\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x13\n\x0bsnapshot_id\x18\x02 \x02(\x03\x12\x16\n\x0e\x63ommitted_time\x18\x03 \x02(\x03\x12-\n\x07offsets\x18\x04 \x03(\x0b\x32\x1c.strom.internal.StatusOffset\"G\n\x0cStatusOffset\x12\x14\n\x0cpartition_id\x18\x01 \x01(\x03\x12\x11\n\tbucket_id\x18\x02 \x02(\x05\x12\x0e\n\x06offset\x18\x03 \x02(\x03\"a\n\rStatusTiering\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\r\n\x05state\x18\x02 \x02(\t\x12\x15\n\rtiering_epoch\x18\x03 \x02(\x03\x12\x18\n\x10heartbeat_age_ms\x18\x04 \x01(\x03\"\x19\n\x17\x44\x65scribeReplicasRequest\"^\n\x18\x44\x65scribeReplicasResponse\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12/\n\x08replicas\x18\x02 \x03(\x0b\x32\x1d.strom.internal.StatusReplica\"\xd7\x01\n\rStatusReplica\x12\x10\n\x08table_id\x18\x01 \x02(\x03\x12\x14\n\x0cpartition_id\x18\x02 \x01(\x03\x12\x11\n\tbucket_id\x18\x03 \x02(\x05\x12\x0e\n\x06leader\x18\x04 \x02(\x08\x12\x18\n\x10log_start_offset\x18\x05 \x02(\x03\x12\x16\n\x0elog_end_offset\x18\x06 \x02(\x03\x12\x16\n\x0ehigh_watermark\x18\x07 \x02(\x03\x12\x31\n\tfollowers\x18\x08 \x03(\x0b\x32\x1e.strom.internal.StatusFollower\";\n\x0eStatusFollower\x12\x11\n\tserver_id\x18\x01 \x02(\x05\x12\x16\n\x0elog_end_offset\x18\x02 \x02(\x03')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'strom_internal_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_STATUSBUCKET'].fields_by_name['replicas']._loaded_options = None
+  _globals['_STATUSBUCKET'].fields_by_name['replicas']._serialized_options = b'\020\001'
+  _globals['_STATUSBUCKET'].fields_by_name['isr']._loaded_options = None
+  _globals['_STATUSBUCKET'].fields_by_name['isr']._serialized_options = b'\020\001'
   _globals['_REGISTERTABLETSERVERREQUEST']._serialized_start=41
   _globals['_REGISTERTABLETSERVERREQUEST']._serialized_end=171
   _globals['_REGISTERTABLETSERVERRESPONSE']._serialized_start=173
@@ -49,4 +53,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PBOFFSETFORLEADEREPOCHRESPFORBUCKET']._serialized_end=1055
   _globals['_PBLEADEREPOCHENTRY']._serialized_start=1057
   _globals['_PBLEADEREPOCHENTRY']._serialized_end=1114
+  _globals['_DESCRIBECLUSTERREQUEST']._serialized_start=1116
+  _globals['_DESCRIBECLUSTERREQUEST']._serialized_end=1140
+  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_start=1143
+  _globals['_DESCRIBECLUSTERRESPONSE']._serialized_end=1432
+  _globals['_STATUSSERVER']._serialized_start=1434
+  _globals['_STATUSSERVER']._serialized_end=1529
+  _globals['_STATUSTABLE']._serialized_start=1532
+  _globals['_STATUSTABLE']._serialized_end=1660
+  _globals['_STATUSBUCKET']._serialized_start=1663
+  _globals['_STATUSBUCKET']._serialized_end=1883
+  _globals['_STATUSLAKE']._serialized_start=1885
+  _globals['_STATUSLAKE']._serialized_end=2007
+  _globals['_STATUSOFFSET']._serialized_start=2009
+  _globals['_STATUSOFFSET']._serialized_end=2080
+  _globals['_STATUSTIERING']._serialized_start=2082
+  _globals['_STATUSTIERING']._serialized_end=2179
+  _globals['_DESCRIBEREPLICASREQUEST']._serialized_start=2181
+  _globals['_DESCRIBEREPLICASREQUEST']._serialized_end=2206
+  _globals['_DESCRIBEREPLICASRESPONSE']._serialized_start=2208
+  _globals['_DESCRIBEREPLICASRESPONSE']._serialized_end=2302
+  _globals['_STATUSREPLICA']._serialized_start=2305
+  _globals['_STATUSREPLICA']._serialized_end=2520
+  _globals['_STATUSFOLLOWER']._serialized_start=2522
+  _globals['_STATUSFOLLOWER']._serialized_end=2581
 # @@protoc_insertion_point(module_scope)

@@ -103,3 +103,151 @@ class PbLeaderEpochEntry(_message.Message):
     epoch: int
     start_offset: int
     def __init__(self, epoch: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class DescribeClusterRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeClusterResponse(_message.Message):
+    __slots__ = ("coordinator_epoch", "tablet_servers", "tables", "buckets", "lakes", "tiering")
+    COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TABLET_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_FIELD_NUMBER: _ClassVar[int]
+    LAKES_FIELD_NUMBER: _ClassVar[int]
+    TIERING_FIELD_NUMBER: _ClassVar[int]
+    coordinator_epoch: int
+    tablet_servers: _containers.RepeatedCompositeFieldContainer[StatusServer]
+    tables: _containers.RepeatedCompositeFieldContainer[StatusTable]
+    buckets: _containers.RepeatedCompositeFieldContainer[StatusBucket]
+    lakes: _containers.RepeatedCompositeFieldContainer[StatusLake]
+    tiering: _containers.RepeatedCompositeFieldContainer[StatusTiering]
+    def __init__(self, coordinator_epoch: _Optional[int] = ..., tablet_servers: _Optional[_Iterable[_Union[StatusServer, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[StatusTable, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[StatusBucket, _Mapping]]] = ..., lakes: _Optional[_Iterable[_Union[StatusLake, _Mapping]]] = ..., tiering: _Optional[_Iterable[_Union[StatusTiering, _Mapping]]] = ...) -> None: ...
+
+class StatusServer(_message.Message):
+    __slots__ = ("server_id", "host", "port", "rack", "remembered")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    RACK_FIELD_NUMBER: _ClassVar[int]
+    REMEMBERED_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    host: str
+    port: int
+    rack: str
+    remembered: bool
+    def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., remembered: bool = ...) -> None: ...
+
+class StatusTable(_message.Message):
+    __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PRIMARY_KEY_FIELD_NUMBER: _ClassVar[int]
+    LAKE_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    database: str
+    name: str
+    primary_key: bool
+    lake_enabled: bool
+    bucket_count: int
+    def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ...) -> None: ...
+
+class StatusBucket(_message.Message):
+    __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_NAME_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ISR_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KV_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    partition_name: str
+    bucket_id: int
+    replicas: _containers.RepeatedScalarFieldContainer[int]
+    leader: int
+    leader_epoch: int
+    isr: _containers.RepeatedScalarFieldContainer[int]
+    bucket_epoch: int
+    kv_snapshot_id: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., partition_name: _Optional[str] = ..., bucket_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., bucket_epoch: _Optional[int] = ..., kv_snapshot_id: _Optional[int] = ...) -> None: ...
+
+class StatusLake(_message.Message):
+    __slots__ = ("table_id", "snapshot_id", "committed_time", "offsets")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_TIME_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    snapshot_id: int
+    committed_time: int
+    offsets: _containers.RepeatedCompositeFieldContainer[StatusOffset]
+    def __init__(self, table_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., committed_time: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[StatusOffset, _Mapping]]] = ...) -> None: ...
+
+class StatusOffset(_message.Message):
+    __slots__ = ("partition_id", "bucket_id", "offset")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    bucket_id: int
+    offset: int
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class StatusTiering(_message.Message):
+    __slots__ = ("table_id", "state", "tiering_epoch", "heartbeat_age_ms")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TIERING_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    state: str
+    tiering_epoch: int
+    heartbeat_age_ms: int
+    def __init__(self, table_id: _Optional[int] = ..., state: _Optional[str] = ..., tiering_epoch: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class DescribeReplicasRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DescribeReplicasResponse(_message.Message):
+    __slots__ = ("server_id", "replicas")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    replicas: _containers.RepeatedCompositeFieldContainer[StatusReplica]
+    def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[StatusReplica, _Mapping]]] = ...) -> None: ...
+
+class StatusReplica(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    leader: bool
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    followers: _containers.RepeatedCompositeFieldContainer[StatusFollower]
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., leader: bool = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[StatusFollower, _Mapping]]] = ...) -> None: ...
+
+class StatusFollower(_message.Message):
+    __slots__ = ("server_id", "log_end_offset")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    log_end_offset: int
+    def __init__(self, server_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...

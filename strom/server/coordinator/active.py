@@ -9,6 +9,7 @@ Losing the election throws it away; winning again builds a fresh one from the st
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,7 @@ from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer
 from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
+from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
 from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
@@ -72,6 +74,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.CREATE_ACLS: lambda c: c.acls.create_acls,
     ApiKey.LIST_ACLS: lambda c: c.acls.list_acls,
     ApiKey.DROP_ACLS: lambda c: c.acls.drop_acls,
+    ApiKey.DESCRIBE_CLUSTER: lambda c: functools.partial(describe_cluster, c),
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
 }

@@ -86,7 +86,7 @@ class LakeService:
     # ---- table lifecycle
 
     @staticmethod
-    def _lake_enabled(descriptor: TableDescriptor) -> bool:
+    def lake_enabled(descriptor: TableDescriptor) -> bool:
         return str(descriptor.properties.get("table.datalake.enabled", "false")).lower() == "true"
 
     @staticmethod
@@ -98,7 +98,7 @@ class LakeService:
 
     def on_table_created(self, record: TableRecord) -> None:
         descriptor = TableDescriptor.from_json_bytes(record.table_json)
-        if self._lake_enabled(descriptor):
+        if self.lake_enabled(descriptor):
             self.tiering.add_new_table(
                 record.table_id, TablePath(record.database, record.name), self._freshness(descriptor)
             )
@@ -111,7 +111,7 @@ class LakeService:
         """After a (re)start: every lake-enabled table resumes its schedule from its last snapshot."""
         for record in self.store.list_tables():
             descriptor = TableDescriptor.from_json_bytes(record.table_json)
-            if not self._lake_enabled(descriptor):
+            if not self.lake_enabled(descriptor):
                 continue
             latest = self.latest(record.table_id)
             last = latest.committed_time / 1000 if latest is not None else time.time()

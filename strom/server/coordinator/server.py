@@ -25,6 +25,9 @@ from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import LeaderNotAvailableError
 from strom.common.table_path import TablePath
+from strom.metrics import Metrics, MetricsServer, start_reporter
+from strom.metrics.coordinator import register_coordinator_metrics
+from strom.metrics.requests import RequestMetrics
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -57,6 +60,9 @@ class CoordinatorServer:
         self.active: ActiveCoordinator | None = None
         self._activation = asyncio.Lock()
         self.election: Any = None  # strom.server.coordinator.election.CoordinatorElection, with ZooKeeper
+        self.metrics = Metrics("coordinator")
+        self.metrics_server: MetricsServer | None = None
+        register_coordinator_metrics(self.metrics, lambda: self.active)
         self.rpc = ListenerGroup(
             name="coordinator",
             listeners=listeners,
@@ -64,6 +70,7 @@ class CoordinatorServer:
             server_type=ServerType.COORDINATOR,
             limits=RpcLimits.from_config(self.config),
             security=self.security,
+            observer=RequestMetrics(self.metrics),
         )
         # while standing by, the ACLs come from the active coordinator (which keeps its own up to date)
         self._acl_mirror = (
@@ -87,6 +94,9 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         await self.rpc.start()
+        self.metrics_server = start_reporter(self.metrics, self.config, self.host)
+        if self.metrics_server is not None:
+            self._tasks.append(asyncio.create_task(self.metrics.refresh_state(), name="metrics"))
         self.node.CopyFrom(self.rpc.describe(COORDINATOR_ID))
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is None:
             await self._activate(SqliteMetadataStore(self.data_dir / "metadata.db"))
@@ -107,6 +117,8 @@ class CoordinatorServer:
         await self._deactivate()
         await self.rpc.close()
         await self.pool.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
 
     # ---- becoming active and standby
 

@@ -23,6 +23,7 @@ from strom.common.errors import (
     UnsupportedVersionError,
 )
 from strom.common.table_bucket import TableBucket
+from strom.record.kv_batch import kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
@@ -119,6 +120,10 @@ class KvService:
                     appended = kv.put_as_leader(entry.records, target_columns, commit=alone)
                     replica.notify_appended()
                     self._commit(replica)
+                traffic = self.log_service.traffic if self.log_service is not None else None
+                if traffic is not None:
+                    records = kv_record_count(entry.records)
+                    traffic.produced(replica.database, replica.table, len(entry.records), records)
                 end = appended.last_offset + 1
                 result.log_end_offset = end
                 if request.acks == -1:

@@ -29,6 +29,7 @@ from strom.common.errors import (
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.table_bucket import TableBucket
+from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.log_batch import iter_batches
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -74,9 +75,14 @@ class _TableRead:
 
 class LogService:
     def __init__(
-        self, replicas: ReplicaManager, min_in_sync_replicas: int = 1, max_wait_seconds: float = 30.0
+        self,
+        replicas: ReplicaManager,
+        min_in_sync_replicas: int = 1,
+        max_wait_seconds: float = 30.0,
+        traffic: TabletMetrics | None = None,
     ) -> None:
         self.replicas = replicas
+        self.traffic = traffic
         self.min_in_sync_replicas = min_in_sync_replicas
         self.max_wait_seconds = max_wait_seconds  # log.fetch.max-wait-time: no fetch holds longer
 
@@ -111,6 +117,10 @@ class LogService:
                         f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
                     )
                 appended = tablet.append_as_leader(entry.records, replica.batch_check())
+                if self.traffic is not None:
+                    self.traffic.produced(
+                        replica.database, replica.table, len(entry.records), appended.record_count
+                    )
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
@@ -241,6 +251,8 @@ class LogService:
             response, total, waiting_on = self._fetch_once(request)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or not waiting_on:
+                if self.traffic is not None and total:
+                    self.traffic.fetched(response, request.follower_server_id >= 0)
                 return response
             # Long-poll: hold an empty fetch until data arrives or max_wait_ms passes, so clients do
             # not spin (the official client sends 500 ms and would otherwise loop thousands of times).

@@ -47,8 +47,10 @@ class ReplicaFetcherManager:
         pool: ConnectionPool,
         address_of: Callable[[int], tuple[str, int] | None],
         settings: FetcherSettings,
+        on_replicated: Callable[[int], None] = lambda size: None,
     ) -> None:
         self.server_id = server_id
+        self.on_replicated = on_replicated  # bytes appended as a follower (metrics)
         self.pool = pool
         self.address_of = address_of
         self.settings = settings
@@ -223,6 +225,7 @@ class ReplicaFetcherManager:
                 try:
                     if result.HasField("records") and result.records:
                         tablet.append_as_follower(result.records, replica.batch_check())
+                        self.on_replicated(len(result.records))
                         replica.adopt_leader_epochs()
                         replica.notify_appended()
                     if result.HasField("high_watermark"):

@@ -24,6 +24,9 @@ from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTabl
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
+from strom.metrics import Metrics, MetricsServer, start_reporter
+from strom.metrics.requests import RequestMetrics
+from strom.metrics.tablet import TabletMetrics
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -44,6 +47,7 @@ from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
+from strom.server.tablet.replica_status import describe_replicas
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +94,20 @@ class TabletServer:
         self._server_listeners: dict[int, str] = {}
         self.pool = ConnectionPool(sasl=security.internal_login)
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
+        self.metrics = Metrics("tabletserver")
+        self.metrics_server: MetricsServer | None = None
+        self.tablet_metrics = TabletMetrics(
+            self.metrics,
+            server_id,
+            lambda: list(self.replica_manager.replicas.values()),
+            lambda: self.kv_manager.memory_usage(),
+            self._table_path,
+        )
         self.log_service = LogService(
             self.replica_manager,
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             self.config.get(options.LOG_FETCH_MAX_WAIT_TIME).total_seconds(),
+            traffic=self.tablet_metrics,
         )
         self.fetchers = ReplicaFetcherManager(
             server_id,
@@ -107,6 +121,7 @@ class TabletServer:
                 ),
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
             ),
+            on_replicated=self.tablet_metrics.replicated,
         )
         self.kv_manager = KvManager(
             server_id,
@@ -114,6 +129,9 @@ class TabletServer:
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
             write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
+            on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
+                replica.bucket, replica.database, replica.table, done.size, seconds
+            ),
         )
         self.kv_service = KvService(
             self.replica_manager,
@@ -157,6 +175,7 @@ class TabletServer:
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
                 ApiKey.GET_METADATA: self._metadata,
                 ApiKey.LIST_ACLS: self._list_acls,
+                ApiKey.DESCRIBE_REPLICAS: self._describe_replicas,
             }
         )
         self.rpc = ListenerGroup(
@@ -166,6 +185,7 @@ class TabletServer:
             server_type=ServerType.TABLET_SERVER,
             limits=RpcLimits.from_config(self.config),
             security=self.security,
+            observer=RequestMetrics(self.metrics),
         )
         self.acl_sync = (
             AclSync(
@@ -188,6 +208,9 @@ class TabletServer:
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         await self.rpc.start()
+        self.metrics_server = start_reporter(self.metrics, self.config, self.host)
+        if self.metrics_server is not None:
+            self._tasks.append(asyncio.create_task(self.metrics.refresh_state(), name="metrics"))
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is not None:
             from strom.server.tablet.zk_registration import ZooKeeperRegistration
 
@@ -218,6 +241,8 @@ class TabletServer:
         await self.pool.close()
         self.kv_manager.close()
         self.replica_manager.close()
+        if self.metrics_server is not None:
+            self.metrics_server.close()
 
     # ---- membership
 
@@ -414,6 +439,7 @@ class TabletServer:
                     log.info("ISR change of %s refused: %s", replica.bucket, result.error_message)
                     continue
                 log.info("ISR of %s is now %s", replica.bucket, list(result.isr))
+                self.tablet_metrics.isr_changed(len(replica.isr), len(result.isr))
                 replica.isr = tuple(result.isr)
                 replica.bucket_epoch = result.bucket_epoch
                 replica.maybe_advance_high_watermark()
@@ -485,6 +511,9 @@ class TabletServer:
         response.tablet_servers.extend(kept)
         return response
 
+    async def _describe_replicas(self, request: Message, ctx: RequestContext) -> Message:
+        return describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+
     async def _list_acls(self, request: pb.ListAclsRequest, ctx: RequestContext) -> Message:
         return self.security.list_acls(request, ctx.session)
 
@@ -538,8 +567,7 @@ class TabletServer:
                     )
                 if not 0 <= bucket.bucket < table_info.bucket_count:
                     raise UnknownTableOrBucketError(
-                        f"table '{known}' has {table_info.bucket_count} buckets, "
-                        f"not a bucket {bucket.bucket}"
+                        f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
                     )
                 self.replica_manager.become_leader_or_follower(
                     bucket,

@@ -30,6 +30,7 @@ from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 from strom.lake import load_lake_storage
 from strom.lake.interface import LakeCommitter, LakeSnapshotInfo, WriteResult, maintenance_plan
+from strom.metrics.tiering import TieringMetrics
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.spark.tiering.runner import SplitRunner
@@ -73,9 +74,12 @@ class RoundStats:
 
 
 class TieringService:
-    def __init__(self, settings: TieringSettings, runner: SplitRunner) -> None:
+    def __init__(
+        self, settings: TieringSettings, runner: SplitRunner, metrics: TieringMetrics | None = None
+    ) -> None:
         self.settings = settings
         self.runner = runner
+        self.metrics = metrics
         self.rounds = 0
         self._connection: Connection | None = None
 
@@ -153,6 +157,8 @@ class TieringService:
                 log.warning("round of %s abandoned: this job was fenced (%s)", assignment.path, e)
                 return
             log.exception("round of %s failed", assignment.path)
+            if self.metrics is not None:
+                self.metrics.failed(assignment.path.database_name, assignment.path.table_name)
             try:
                 await self._heartbeat(failed=assignment)
             except FlussError as report_error:
@@ -220,6 +226,7 @@ class TieringService:
         buckets: dict[tuple[int | None, int], tuple[int, int]] = {}
         snapshots: dict[tuple[int | None, int], tuple[int, int]] = {}
         bucket_ids = list(range(info.bucket_count))
+        planned_at = time.monotonic()
         for partition_id, partition_name in targets:
             ends = await admin.list_offsets(assignment.path, bucket_ids, OffsetSpec.latest(), partition_name)
             starts = await admin.list_offsets(
@@ -257,7 +264,12 @@ class TieringService:
             snapshots=snapshots,
         )
         stats = RoundStats(splits=len(splits))
+        db, name = info.table_path.database_name, info.table_path.table_name
+        if self.metrics is not None:
+            self.metrics.planned(db, name, sum(end - start for start, end in buckets.values()))
         if not splits:
+            if self.metrics is not None:
+                self.metrics.caught_up(db, name)
             return stats
         from_snapshots = sum(1 for split in splits if split.snapshot_id is not None)
         if from_snapshots:
@@ -285,7 +297,33 @@ class TieringService:
         await self._commit_to_coordinator(assignment, stats.snapshot_id, all_offsets)
         await asyncio.to_thread(_maintain, committer, info, splits)
         stats.seconds = time.monotonic() - started
+        if self.metrics is not None:
+            self.metrics.committed(
+                db,
+                name,
+                records=stats.records,
+                bytes_written=sum(r.bytes_written for r in results),
+                seconds=stats.seconds,
+                planned_at=planned_at,
+                behind=await self._records_behind(assignment.path, targets, bucket_ids, all_offsets),
+            )
         return stats
+
+    async def _records_behind(
+        self,
+        path: TablePath,
+        targets: list[tuple[int | None, str | None]],
+        bucket_ids: list[int],
+        lake_offsets: Mapping[tuple[int | None, int], int],
+    ) -> int:
+        """Records the table has now that the lake does not (they arrived during the round)."""
+        assert self._connection is not None
+        admin = self._connection.get_admin()
+        behind = 0
+        for partition_id, partition_name in targets:
+            ends = await admin.list_offsets(path, bucket_ids, OffsetSpec.latest(), partition_name)
+            behind += sum(max(0, ends[b] - lake_offsets.get((partition_id, b), 0)) for b in bucket_ids)
+        return behind
 
     async def _commit_to_coordinator(
         self, assignment: Assignment, snapshot_id: int, offsets: Mapping[tuple[int | None, int], int]

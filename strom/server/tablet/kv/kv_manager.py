@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -71,6 +72,9 @@ class KvManager:
         write_buffer_bytes: int | None = None,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
+        on_snapshot: Callable[[Replica, CompletedSnapshot, float], None] = lambda replica, done, seconds: (
+            None
+        ),
     ) -> None:
         self.server_id = server_id
         self.remote_data_dir = remote_data_dir
@@ -78,6 +82,7 @@ class KvManager:
         self.write_buffer_bytes = write_buffer_bytes
         self.executor = executor
         self.commit_snapshot = commit_snapshot
+        self.on_snapshot = on_snapshot  # every completed snapshot and how long it took (metrics)
         self._tablets: dict[TableBucket, _Open] = {}
         self._opening: dict[TableBucket, asyncio.Future[_Open]] = {}
         self._locks: dict[TableBucket, asyncio.Lock] = {}
@@ -245,7 +250,15 @@ class KvManager:
             async def commit(completed: CompletedSnapshot) -> None:
                 await commit_fn(completed, epoch)
 
-        return await snapshotter.snapshot(entry.kv, self.executor, commit)
+        started = time.monotonic()
+        completed = await snapshotter.snapshot(entry.kv, self.executor, commit)
+        if completed is not None:
+            self.on_snapshot(entry.replica, completed, time.monotonic() - started)
+        return completed
+
+    def memory_usage(self) -> int:
+        """Bytes of RocksDB memtables and table readers over the open tablets."""
+        return sum(entry.kv.memory_usage() for entry in list(self._tablets.values()))
 
     async def snapshot_all(self) -> list[CompletedSnapshot]:
         """One snapshot round over every open tablet; failures are logged, not raised."""

@@ -473,6 +473,15 @@ class KvTablet:
 
     # ---- reads (committed rows only) ---------------------------------------------------------
 
+    def memory_usage(self) -> int:
+        """RocksDB memtables plus table readers (block-cache memory is shared and not counted)."""
+        if self._closed:
+            return 0
+        return sum(
+            self._db.property_int_value(name) or 0
+            for name in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem")
+        )
+
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The stored value of each key (schema id + row), None when absent."""
         self._check_usable()

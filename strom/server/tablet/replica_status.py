@@ -1,0 +1,32 @@
+"""DescribeReplicas (Strom-only, 9005): the replicas a tablet server holds, with their log start, log
+end and high watermark, and on leaders how far each follower has fetched (for `strom status`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.tablet.replica_manager import Replica
+
+
+def describe_replicas(server_id: int, replicas: Iterable[Replica]) -> internal.DescribeReplicasResponse:
+    response = internal.DescribeReplicasResponse(server_id=server_id)
+    for replica in replicas:
+        tablet = replica.log
+        if tablet is None:
+            continue
+        entry = response.replicas.add(
+            table_id=replica.bucket.table_id,
+            bucket_id=replica.bucket.bucket,
+            leader=replica.is_leader(server_id),
+            log_start_offset=tablet.log_start_offset,
+            log_end_offset=tablet.log_end_offset,
+            high_watermark=tablet.high_watermark,
+        )
+        if replica.bucket.partition_id is not None:
+            entry.partition_id = replica.bucket.partition_id
+        if entry.leader:
+            for follower, state in sorted(replica.followers.items()):
+                if follower in replica.replicas:
+                    entry.followers.add(server_id=follower, log_end_offset=state.log_end_offset)
+    return response
