@@ -482,8 +482,12 @@ def local(
 def _register_commands() -> None:
     """Adds the administrative commands of `strom.commands` to `main`; each module adds one line here."""
     from strom.commands.acl import acl
+    from strom.commands.rebalance import rebalance
+    from strom.commands.status import status
 
     main.add_command(acl)
+    main.add_command(status)
+    main.add_command(rebalance)
 
 
 _register_commands()

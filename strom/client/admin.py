@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 
 from strom.client.backoff import REQUEST_BACKOFF
 from strom.client.cluster import ServerNode
+from strom.client.cluster_status import ClusterStatus, RebalanceProgress, build_cluster_status
 from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
 from strom.client.offset_spec import OffsetSpec, OffsetType
@@ -33,6 +34,7 @@ from strom.common.errors import (
     FlussError,
     LeaderNotAvailableError,
     NetworkError,
+    NoRebalanceInProgressError,
     PartitionNotExistError,
     RequestTimeoutError,
     SchemaNotExistError,
@@ -40,13 +42,15 @@ from strom.common.errors import (
     error_for_code,
 )
 from strom.common.partition import PartitionSpec
+from strom.common.rebalance import GoalType, ServerTag
 from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import DatabaseDescriptor, DatabaseInfo, TableDescriptor, TableInfo
 from strom.common.table_path import PARTITION_SEPARATOR, PhysicalTablePath, TablePath
-from strom.rpc.api import ApiKey
+from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.security.acl import AclBinding, AclFilter
 
 log = logging.getLogger(__name__)
@@ -284,6 +288,64 @@ class Admin:
         """The coordinator and the live tablet servers, freshly asked of the bootstrap servers."""
         cluster = await self._metadata.bootstrap()
         return cluster.server_nodes()
+
+    # ------------------------------------------------------------------ operations
+
+    async def describe_cluster(self) -> ClusterStatus:
+        """Servers, every bucket's placement, leader, ISR and offsets, lake and tiering state, and the
+        rebalance in progress (what `strom status` shows). Needs DESCRIBE on the cluster."""
+        cluster = await self._call(ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest(), read_only=True)
+        nodes = await self.get_server_nodes()
+
+        async def replicas_of(node: ServerNode) -> internal.DescribeReplicasResponse | None:
+            try:
+                response: internal.DescribeReplicasResponse = await self._pool.request(
+                    node.host, node.port, ApiKey.DESCRIBE_REPLICAS, internal.DescribeReplicasRequest(),
+                    timeout=self._timeout,
+                )  # fmt: skip
+                return response
+            except (NetworkError, RequestTimeoutError):
+                return None  # shown as not alive
+
+        tablet_servers = [n for n in nodes if n.server_type == ServerType.TABLET_SERVER]
+        answers = await asyncio.gather(*(replicas_of(n) for n in tablet_servers))
+        replicas = {n.id: a for n, a in zip(tablet_servers, answers, strict=True)}
+        return build_cluster_status(cluster, nodes, replicas, await self.list_rebalance_progress())
+
+    async def add_server_tag(self, server_ids: Iterable[int], tag: ServerTag) -> None:
+        """Tag tablet servers; PERMANENT_OFFLINE ones are drained by the next rebalance."""
+        request = pb.AddServerTagRequest(server_ids=list(server_ids), server_tag=int(tag))
+        await self._call(ApiKey.ADD_SERVER_TAG, request, read_only=False)
+
+    async def remove_server_tag(self, server_ids: Iterable[int], tag: ServerTag) -> None:
+        request = pb.RemoveServerTagRequest(server_ids=list(server_ids), server_tag=int(tag))
+        await self._call(ApiKey.REMOVE_SERVER_TAG, request, read_only=False)
+
+    async def rebalance(self, goals: Iterable[GoalType] = ()) -> str:
+        """Starts moving replicas and leaders toward the goals (both distribution goals by default);
+        answers the rebalance id (the one already running, if any)."""
+        request = pb.RebalanceRequest(goals=[int(g) for g in goals])
+        response: pb.RebalanceResponse = await self._call(ApiKey.REBALANCE, request, read_only=False)
+        return response.rebalance_id
+
+    async def list_rebalance_progress(self, rebalance_id: str | None = None) -> RebalanceProgress | None:
+        """The progress of the given (or the latest) rebalance; None when there has been none."""
+        request = pb.ListRebalanceProgressRequest()
+        if rebalance_id:
+            request.rebalance_id = rebalance_id
+        try:
+            response = await self._call(ApiKey.LIST_REBALANCE_PROGRESS, request, read_only=True)
+        except NoRebalanceInProgressError:
+            if rebalance_id:
+                raise
+            return None
+        return RebalanceProgress.from_pb(response)
+
+    async def cancel_rebalance(self, rebalance_id: str | None = None) -> None:
+        request = pb.CancelRebalanceRequest()
+        if rebalance_id:
+            request.rebalance_id = rebalance_id
+        await self._call(ApiKey.CANCEL_REBALANCE, request, read_only=False)
 
     # ------------------------------------------------------------------ access control lists
 

@@ -171,6 +171,11 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.LIST_OFFSETS: _on_table_id(DESCRIBE),
     ApiKey.GET_FILESYSTEM_SECURITY_TOKEN: _security_token,
     ApiKey.DESCRIBE_CLUSTER: _on_cluster(DESCRIBE),
+    ApiKey.ADD_SERVER_TAG: _on_cluster(ALTER),
+    ApiKey.REMOVE_SERVER_TAG: _on_cluster(ALTER),
+    ApiKey.REBALANCE: _on_cluster(WRITE),
+    ApiKey.LIST_REBALANCE_PROGRESS: _on_cluster(DESCRIBE),
+    ApiKey.CANCEL_REBALANCE: _on_cluster(WRITE),
     ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
     # answered for everyone, then filtered below
     ApiKey.LIST_DATABASES: lambda request, access: None,

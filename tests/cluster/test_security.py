@@ -5,6 +5,7 @@ refused without the right grant, and the official client as the judge."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -118,16 +119,23 @@ def error_code(call: Callable[[], Any]) -> int | None:
     return None
 
 
-def strom_acl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    login = client(ADMIN)
+def strom_cli(
+    cluster: Cluster, command: str, *args: str, user: dict[str, str] = ADMIN, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Runs an administrative `strom` command logged in as `user`."""
+    login = client(user)
     config = [part for key, value in login.items() for part in ("--config", f"{key}={value}")]
     return subprocess.run(
-        [sys.executable, "-m", "strom", "acl", *args, "--bootstrap", cluster.bootstrap, *config],
+        [sys.executable, "-m", "strom", command, *args, "--bootstrap", cluster.bootstrap, *config],
         capture_output=True,
         text=True,
         timeout=60,
-        check=True,
+        check=check,
     )
+
+
+def strom_acl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return strom_cli(cluster, "acl", *args)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
@@ -213,6 +221,17 @@ def test_alice_needs_a_grant_then_reads_but_cannot_write_or_drop(secure_cluster:
               "--resource-name", "shop.orders")  # fmt: skip
     # revoked on the coordinator and on every tablet server within the refresh interval
     wait_until(lambda: error_code(lambda: read_ids(secure_cluster, "orders", ALICE)) == AUTHORIZATION)
+
+
+def test_status_logs_in_and_needs_describe_on_the_cluster(secure_cluster: Cluster) -> None:
+    create_table(secure_cluster, "observed")
+    state = json.loads(strom_cli(secure_cluster, "status", "--json").stdout)
+    assert "observed" in {t["name"] for t in state["tables"]}
+    refused = strom_cli(secure_cluster, "status", user=ALICE, check=False)
+    assert refused.returncode == 1
+    assert "AuthorizationError (48)" in refused.stderr and "DESCRIBE on resource CLUSTER" in refused.stderr
+    refused = strom_cli(secure_cluster, "rebalance", "--no-wait", user=ALICE, check=False)
+    assert refused.returncode == 1 and "WRITE on resource CLUSTER" in refused.stderr
 
 
 def test_database_grants_and_listing_filters_with_strom_client(secure_cluster: Cluster) -> None:
@@ -315,6 +334,12 @@ def _requests(table_id: int, pk_table_id: int) -> list[tuple[str, ApiKey, Any]]:
         (ApiKey.LIST_REMOTE_LOG_MANIFESTS, pb.ListRemoteLogManifestsRequest(table_id=table_id)),
         (ApiKey.GET_METADATA, metadata),
         (ApiKey.GET_FILESYSTEM_SECURITY_TOKEN, pb.GetFileSystemSecurityTokenRequest()),
+        (ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest()),
+        (ApiKey.ADD_SERVER_TAG, pb.AddServerTagRequest(server_ids=[0], server_tag=0)),
+        (ApiKey.REMOVE_SERVER_TAG, pb.RemoveServerTagRequest(server_ids=[0], server_tag=0)),
+        (ApiKey.REBALANCE, pb.RebalanceRequest()),
+        (ApiKey.LIST_REBALANCE_PROGRESS, pb.ListRebalanceProgressRequest()),
+        (ApiKey.CANCEL_REBALANCE, pb.CancelRebalanceRequest()),
         # internal APIs
         (ApiKey.ADJUST_ISR, pb.AdjustIsrRequest(serverId=0)),
         (
@@ -360,6 +385,7 @@ def _requests(table_id: int, pk_table_id: int) -> list[tuple[str, ApiKey, Any]]:
             ApiKey.GET_KV_SNAPSHOT_METADATA,
             pb.GetKvSnapshotMetadataRequest(table_id=pk_table_id, bucket_id=0, snapshot_id=0),
         ),
+        (ApiKey.DESCRIBE_REPLICAS, internal.DescribeReplicasRequest()),
         # internal APIs
         (
             ApiKey.FETCH_LOG,

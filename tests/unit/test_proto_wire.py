@@ -156,6 +156,11 @@ def test_packed_options_match_fluss() -> None:
         ("PbAdjustIsrReqForBucket", "standby_replicas"),
         ("PbAdjustIsrRespForBucket", "isr"),
         ("PbAdjustIsrRespForBucket", "standby_replicas"),
+        ("AddServerTagRequest", "server_ids"),
+        ("RemoveServerTagRequest", "server_ids"),
+        ("RebalanceRequest", "goals"),
+        ("PbRebalancePlanForBucket", "original_replicas"),
+        ("PbRebalancePlanForBucket", "new_replicas"),
     }
 
 

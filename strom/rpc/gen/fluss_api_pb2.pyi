@@ -192,6 +192,100 @@ class PbAclFilter(_message.Message):
     permission_type: int
     def __init__(self, resource_name: _Optional[str] = ..., resource_type: _Optional[int] = ..., principal_name: _Optional[str] = ..., principal_type: _Optional[str] = ..., host: _Optional[str] = ..., operation_type: _Optional[int] = ..., permission_type: _Optional[int] = ...) -> None: ...
 
+class AddServerTagRequest(_message.Message):
+    __slots__ = ("server_ids", "server_tag")
+    SERVER_IDS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TAG_FIELD_NUMBER: _ClassVar[int]
+    server_ids: _containers.RepeatedScalarFieldContainer[int]
+    server_tag: int
+    def __init__(self, server_ids: _Optional[_Iterable[int]] = ..., server_tag: _Optional[int] = ...) -> None: ...
+
+class AddServerTagResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RemoveServerTagRequest(_message.Message):
+    __slots__ = ("server_ids", "server_tag")
+    SERVER_IDS_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TAG_FIELD_NUMBER: _ClassVar[int]
+    server_ids: _containers.RepeatedScalarFieldContainer[int]
+    server_tag: int
+    def __init__(self, server_ids: _Optional[_Iterable[int]] = ..., server_tag: _Optional[int] = ...) -> None: ...
+
+class RemoveServerTagResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RebalanceRequest(_message.Message):
+    __slots__ = ("goals",)
+    GOALS_FIELD_NUMBER: _ClassVar[int]
+    goals: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, goals: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RebalanceResponse(_message.Message):
+    __slots__ = ("rebalance_id",)
+    REBALANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    rebalance_id: str
+    def __init__(self, rebalance_id: _Optional[str] = ...) -> None: ...
+
+class ListRebalanceProgressRequest(_message.Message):
+    __slots__ = ("rebalance_id",)
+    REBALANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    rebalance_id: str
+    def __init__(self, rebalance_id: _Optional[str] = ...) -> None: ...
+
+class ListRebalanceProgressResponse(_message.Message):
+    __slots__ = ("rebalance_id", "rebalance_status", "table_progress")
+    REBALANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    TABLE_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    rebalance_id: str
+    rebalance_status: int
+    table_progress: _containers.RepeatedCompositeFieldContainer[PbRebalanceProgressForTable]
+    def __init__(self, rebalance_id: _Optional[str] = ..., rebalance_status: _Optional[int] = ..., table_progress: _Optional[_Iterable[_Union[PbRebalanceProgressForTable, _Mapping]]] = ...) -> None: ...
+
+class CancelRebalanceRequest(_message.Message):
+    __slots__ = ("rebalance_id",)
+    REBALANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    rebalance_id: str
+    def __init__(self, rebalance_id: _Optional[str] = ...) -> None: ...
+
+class CancelRebalanceResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PbRebalanceProgressForTable(_message.Message):
+    __slots__ = ("table_id", "buckets_progress")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    buckets_progress: _containers.RepeatedCompositeFieldContainer[PbRebalanceProgressForBucket]
+    def __init__(self, table_id: _Optional[int] = ..., buckets_progress: _Optional[_Iterable[_Union[PbRebalanceProgressForBucket, _Mapping]]] = ...) -> None: ...
+
+class PbRebalanceProgressForBucket(_message.Message):
+    __slots__ = ("rebalance_plan", "rebalance_status")
+    REBALANCE_PLAN_FIELD_NUMBER: _ClassVar[int]
+    REBALANCE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    rebalance_plan: PbRebalancePlanForBucket
+    rebalance_status: int
+    def __init__(self, rebalance_plan: _Optional[_Union[PbRebalancePlanForBucket, _Mapping]] = ..., rebalance_status: _Optional[int] = ...) -> None: ...
+
+class PbRebalancePlanForBucket(_message.Message):
+    __slots__ = ("partition_id", "bucket_id", "original_leader", "new_leader", "original_replicas", "new_replicas")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_LEADER_FIELD_NUMBER: _ClassVar[int]
+    NEW_LEADER_FIELD_NUMBER: _ClassVar[int]
+    ORIGINAL_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    NEW_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    bucket_id: int
+    original_leader: int
+    new_leader: int
+    original_replicas: _containers.RepeatedScalarFieldContainer[int]
+    new_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., original_leader: _Optional[int] = ..., new_leader: _Optional[int] = ..., original_replicas: _Optional[_Iterable[int]] = ..., new_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class PbDropAclsFilterResult(_message.Message):
     __slots__ = ("matching_acls", "error_code", "error_message")
     MATCHING_ACLS_FIELD_NUMBER: _ClassVar[int]

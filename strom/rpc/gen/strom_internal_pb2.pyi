@@ -109,20 +109,22 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("coordinator_epoch", "tablet_servers", "tables", "buckets", "lakes", "tiering")
+    __slots__ = ("coordinator_epoch", "tablet_servers", "tables", "buckets", "lakes", "tiering", "server_tags")
     COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TABLET_SERVERS_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
     BUCKETS_FIELD_NUMBER: _ClassVar[int]
     LAKES_FIELD_NUMBER: _ClassVar[int]
     TIERING_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TAGS_FIELD_NUMBER: _ClassVar[int]
     coordinator_epoch: int
     tablet_servers: _containers.RepeatedCompositeFieldContainer[StatusServer]
     tables: _containers.RepeatedCompositeFieldContainer[StatusTable]
     buckets: _containers.RepeatedCompositeFieldContainer[StatusBucket]
     lakes: _containers.RepeatedCompositeFieldContainer[StatusLake]
     tiering: _containers.RepeatedCompositeFieldContainer[StatusTiering]
-    def __init__(self, coordinator_epoch: _Optional[int] = ..., tablet_servers: _Optional[_Iterable[_Union[StatusServer, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[StatusTable, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[StatusBucket, _Mapping]]] = ..., lakes: _Optional[_Iterable[_Union[StatusLake, _Mapping]]] = ..., tiering: _Optional[_Iterable[_Union[StatusTiering, _Mapping]]] = ...) -> None: ...
+    server_tags: _containers.RepeatedCompositeFieldContainer[StatusServerTag]
+    def __init__(self, coordinator_epoch: _Optional[int] = ..., tablet_servers: _Optional[_Iterable[_Union[StatusServer, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[StatusTable, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[StatusBucket, _Mapping]]] = ..., lakes: _Optional[_Iterable[_Union[StatusLake, _Mapping]]] = ..., tiering: _Optional[_Iterable[_Union[StatusTiering, _Mapping]]] = ..., server_tags: _Optional[_Iterable[_Union[StatusServerTag, _Mapping]]] = ...) -> None: ...
 
 class StatusServer(_message.Message):
     __slots__ = ("server_id", "host", "port", "rack", "remembered")
@@ -137,6 +139,14 @@ class StatusServer(_message.Message):
     rack: str
     remembered: bool
     def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., remembered: bool = ...) -> None: ...
+
+class StatusServerTag(_message.Message):
+    __slots__ = ("server_id", "tag")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    tag: int
+    def __init__(self, server_id: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
 
 class StatusTable(_message.Message):
     __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count")

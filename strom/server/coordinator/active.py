@@ -36,6 +36,7 @@ from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer, Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.store.base import MetadataStore, TableRecord
 
@@ -75,6 +76,11 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.LIST_ACLS: lambda c: c.acls.list_acls,
     ApiKey.DROP_ACLS: lambda c: c.acls.drop_acls,
     ApiKey.DESCRIBE_CLUSTER: lambda c: functools.partial(describe_cluster, c),
+    ApiKey.ADD_SERVER_TAG: lambda c: c.rebalance.add_server_tag,
+    ApiKey.REMOVE_SERVER_TAG: lambda c: c.rebalance.remove_server_tag,
+    ApiKey.REBALANCE: lambda c: c.rebalance.rebalance,
+    ApiKey.LIST_REBALANCE_PROGRESS: lambda c: c.rebalance.list_progress,
+    ApiKey.CANCEL_REBALANCE: lambda c: c.rebalance.cancel,
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
 }
@@ -118,6 +124,8 @@ class ActiveCoordinator:
         self.remote_logs = RemoteLogService(store)
         self.acls = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
+        self.rebalance = RebalanceManager(store, self.membership, self.controller)
+        self.metadata.placement_candidates = self.rebalance.placement_candidates
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
         for key in WAIT_UNTIL_READY:
             self.handlers[key] = self._when_ready(self.handlers[key])
@@ -137,6 +145,7 @@ class ActiveCoordinator:
         self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
         self.lake.load_tables()
         self._tasks.append(asyncio.create_task(self._tiering_expiry_loop(), name="tiering-expiry"))
+        self._tasks.append(asyncio.create_task(self._resume_rebalance(), name="rebalance-resume"))
         log.info(
             "coordinator active (epoch %d) on %s:%d with tablet servers %s",
             self.coordinator_epoch,
@@ -149,6 +158,7 @@ class ActiveCoordinator:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.rebalance.stop()
         await self.liveness.stop()
         await self.failure_detector.close()
 
@@ -207,6 +217,11 @@ class ActiveCoordinator:
             await self.controller.on_servers_dead(missing)
 
     # ---- background chores
+
+    async def _resume_rebalance(self) -> None:
+        """A rebalance a previous coordinator left unfinished goes on once the servers are back."""
+        await self.ready.wait()
+        self.rebalance.resume()
 
     async def _auto_partition_loop(self) -> None:
         interval = self.config.get(options.AUTO_PARTITION_CHECK_INTERVAL).total_seconds()

@@ -27,6 +27,8 @@ async def describe_cluster(
         )
         if server.rack is not None:
             entry.rack = server.rack
+    for server_id, tag in sorted(coordinator.rebalance.server_tags().items()):
+        response.server_tags.add(server_id=server_id, tag=int(tag))
     partition_names: dict[int, str] = {}
     for table in store.list_tables():
         descriptor = TableDescriptor.from_json_bytes(table.table_json)

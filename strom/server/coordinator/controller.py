@@ -68,7 +68,8 @@ class Controller:
         self.pool = pool
         self.coordinator_epoch = coordinator_epoch
         self.coordinator_node = coordinator_node
-        self._lock = asyncio.Lock()
+        # held while reading and writing assignments, so leadership, ISR and rebalance steps do not race
+        self.lock = asyncio.Lock()
 
     # ---- pushes to tablet servers
 
@@ -162,7 +163,7 @@ class Controller:
 
     async def on_server_registered(self, server_id: int) -> None:
         """Give a (re)joining server leadership of its leaderless buckets, and tell it all its replicas."""
-        async with self._lock:
+        async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
             for a in self.store.list_buckets():
@@ -193,7 +194,7 @@ class Controller:
         `still_registered`: the ids are registered again already (restarted processes), so they get
         the new leadership too, as followers.
         """
-        async with self._lock:
+        async with self.lock:
             live = set(self.membership.servers) - server_ids
             changed: list[BucketAssignment] = []
             for a in self.store.list_buckets():
@@ -242,7 +243,7 @@ class Controller:
         """A leader proposes a new ISR; accepted when its leader and bucket epochs are current."""
         response = pb.AdjustIsrResponse()
         accepted: list[BucketAssignment] = []
-        async with self._lock:
+        async with self.lock:
             for table in request.tables_req:
                 current = {(a.partition_id, a.bucket_id): a for a in self.store.list_buckets(table.table_id)}
                 table_resp = response.tables_resp.add(table_id=table.table_id)

@@ -85,6 +85,8 @@ class MetadataService:
         self.on_table_dropped: Callable[[int], None] | None = None
         # creates the lake table of a lake-enabled table before the Fluss table exists
         self.create_lake_table: Callable[[TableInfo], Awaitable[None]] | None = None
+        # the servers new buckets may be placed on (the coordinator leaves out servers being retired)
+        self.placement_candidates: Callable[[], list[int]] = membership.live_ids
 
     # ---- lookups shared by the handlers
 
@@ -208,7 +210,7 @@ class MetadataService:
         replication_factor = descriptor.replication_factor()
         bucket_count = descriptor.bucket_count
         assert bucket_count is not None  # filled by apply_table_defaults
-        live = self.membership.live_ids()
+        live = self.placement_candidates()
         # placement is checked even for partitioned tables, whose buckets come with their partitions
         assignments = assign_replicas(-1, None, bucket_count, replication_factor, live)
         table_id = self.store.next_id("table")
@@ -351,7 +353,7 @@ class MetadataService:
             partition_id,
             descriptor.bucket_count,
             replication_factor,
-            self.membership.live_ids(),
+            self.placement_candidates(),
         )
         with self.store.transaction():
             self.store.create_partition(PartitionRecord(partition_id, record.table_id, name, now_ms()))

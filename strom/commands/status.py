@@ -1,0 +1,135 @@
+"""`strom status`: servers, buckets (leader, replicas, ISR, offsets, KV snapshots), lake and tiering
+state, and the rebalance in progress — a rich table for people, `--json` for scripts (the shape of
+`strom.client.cluster_status.ClusterStatus.to_json`, documented in docs/operations.md)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from strom.client.cluster_status import ClusterStatus, RebalanceProgress
+from strom.commands.cluster_client import (
+    bootstrap_option,
+    client_config_option,
+    client_properties,
+    run_with_connection,
+)
+
+
+@click.command()
+@bootstrap_option
+@client_config_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status(bootstrap: str, config_pairs: tuple[str, ...], as_json: bool) -> None:
+    """Show how the cluster is doing: servers, buckets, lake, tiering, rebalance."""
+
+    async def body(connection: Any) -> ClusterStatus:
+        return await connection.get_admin().describe_cluster()
+
+    cluster = run_with_connection(client_properties(bootstrap, config_pairs), body)
+    if as_json:
+        click.echo(json.dumps(cluster.to_json(), indent=2))
+    else:
+        print_status(cluster)
+
+
+def _ids(values: list[int]) -> str:
+    return ",".join(map(str, values))
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def print_status(cluster: ClusterStatus) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    servers = Table(title=f"Servers (coordinator epoch {cluster.coordinator_epoch})")
+    for column in ("role", "id", "address", "alive", "leaders", "replicas", "tag"):
+        servers.add_column(column)
+    for s in cluster.servers:
+        servers.add_row(
+            s.role,
+            str(s.id),
+            f"{s.host}:{s.port}" if s.host else "-",
+            "[green]yes[/]" if s.alive else "[red]no[/]",
+            str(s.leaders),
+            str(s.replicas),
+            s.tag or "",
+        )
+    console.print(servers)
+
+    buckets = Table(title="Buckets")
+    for column in (
+        "table", "partition", "bucket", "leader", "replicas", "isr", "log start", "log end", "high watermark",
+        "kv snapshot", "follower lag",
+    ):  # fmt: skip
+        buckets.add_column(column)
+    for t in cluster.tables:
+        for b in t.buckets:
+            under = len(b.isr) < len(b.replicas)
+            buckets.add_row(
+                f"{t.database}.{t.name}",
+                b.partition or "",
+                str(b.bucket),
+                "[red]none[/]" if b.leader is None else str(b.leader),
+                _ids(b.replicas),
+                f"[yellow]{_ids(b.isr)}[/]" if under else _ids(b.isr),
+                _offset(b.log_start),
+                _offset(b.log_end),
+                _offset(b.high_watermark),
+                _offset(b.kv_snapshot_id),
+                " ".join(f"{f}:{lag}" for f, lag in sorted(b.follower_lag.items())),
+            )
+    console.print(buckets)
+
+    lake_tables = [t for t in cluster.tables if t.lake is not None]
+    if lake_tables:
+        lake = Table(title="Lake")
+        for column in ("table", "snapshot", "committed", "tiered offsets", "lag (records)", "lag (s)"):
+            lake.add_column(column)
+        for t in lake_tables:
+            assert t.lake is not None
+            committed = (
+                datetime.fromtimestamp(t.lake.committed_time_ms / 1000, UTC).strftime("%H:%M:%S")
+                if t.lake.committed_time_ms
+                else "-"
+            )
+            lake.add_row(
+                f"{t.database}.{t.name}",
+                _offset(t.lake.snapshot_id),
+                committed,
+                " ".join(
+                    f"{o.partition_id}/{o.bucket}:{o.offset}"
+                    if o.partition_id is not None
+                    else f"{o.bucket}:{o.offset}"
+                    for o in t.lake.offsets
+                ),
+                str(t.lake.lag_records),
+                f"{t.lake.lag_ms / 1000:.1f}",
+            )
+        console.print(lake)
+
+    if cluster.tiering:
+        tiering = Table(title="Tiering")
+        for column in ("table", "state", "epoch", "heartbeat age (s)"):
+            tiering.add_column(column)
+        for job in cluster.tiering:
+            age = "-" if job.heartbeat_age_ms is None else f"{job.heartbeat_age_ms / 1000:.1f}"
+            tiering.add_row(job.table, job.state, str(job.tiering_epoch), age)
+        console.print(tiering)
+
+    if cluster.rebalance is not None:
+        console.print(rebalance_summary(cluster.rebalance))
+
+
+def rebalance_summary(progress: RebalanceProgress) -> str:
+    return (
+        f"Rebalance {progress.rebalance_id}: {progress.status} "
+        f"({progress.done}/{len(progress.buckets)} bucket(s) done)"
+    )
