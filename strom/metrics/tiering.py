@@ -21,7 +21,7 @@ class TieringMetrics:
         )
         self._bytes = m.counter("table", "fileSize", "Bytes of lake files written, per table.", TABLE_LABELS)
         self._failures = m.counter(
-            "table", "failuresTotal", "Tiering rounds that failed, per table.", TABLE_LABELS
+            "table", "failures", "Tiering rounds that failed, per table.", TABLE_LABELS
         )
         self._duration = m.gauge(
             "table", "tierDuration", "Duration of the last round in ms, per table.", TABLE_LABELS
