@@ -144,3 +144,31 @@ def test_a_rebalance_interrupted_by_a_coordinator_kill_finishes_under_the_next_o
         assert asyncio.run(read_log_ids(cluster.bootstrap, LOG_TABLE, BUCKETS)) == list(range(5000))
     finally:
         cluster.stop()
+
+
+def test_replacing_a_dead_server_with_remove_server(tmp_path: Path) -> None:
+    """The runbook for a server that is gone for good: start a replacement, drain the dead one."""
+    cluster = two_servers_then_a_third(tmp_path)
+    try:
+        asyncio.run(create_table(cluster.bootstrap, LOG_TABLE, buckets=BUCKETS, replication=2))
+        writer = AckedWriter(cluster.bootstrap, LOG_TABLE).start()
+        writer.wait_for_acks(20)
+        cluster.kill_tablet_server(1)
+        cluster.wait_for_tablet_servers({0})
+        cluster.start_tablet_server(2)
+        cluster.wait_for_tablet_servers({0, 2})
+        dead = tablet_servers(status(cluster))[1]
+        assert not dead["alive"] and dead["replicas"] == BUCKETS
+
+        done = json.loads(
+            strom("rebalance", "--bootstrap", cluster.bootstrap, "--remove-server", "1", "--json").stdout
+        )
+        assert done["status"] == "COMPLETED", done
+        state = status(cluster)
+        for bucket in state["tables"][0]["buckets"]:
+            assert sorted(bucket["replicas"]) == [0, 2] and sorted(bucket["isr"]) == [0, 2]
+        acked = writer.stop()
+        ids = asyncio.run(read_log_ids(cluster.bootstrap, LOG_TABLE, BUCKETS))
+        assert acked <= set(ids) and len(ids) == len(set(ids))
+    finally:
+        cluster.stop()
