@@ -28,7 +28,7 @@ from strom.common.rebalance import (
     plan_rebalance,
 )
 
-_GOALS = [g.name for g in GoalType]
+_GOALS = [g.name for g in GoalType if g != GoalType.RACK_AWARE]
 POLL_SECONDS = 0.5
 
 

@@ -130,7 +130,7 @@ def plan_rebalance(
                 rs[i] = target
                 load[target] += 1
     # 2. the fullest server hands replicas to the emptiest until all are within one of each other
-    if GoalType.REPLICA_DISTRIBUTION in goals or GoalType.RACK_AWARE in goals:
+    if GoalType.REPLICA_DISTRIBUTION in goals:
         for _ in range(sum(len(rs) for rs in replicas.values())):
             fullest = max(eligible, key=lambda s: (load[s], -s))
             emptiest = min(eligible, key=lambda s: (load[s], s))

@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from failover_workload import AckedWriter, create_table, lookup_missing, read_log_ids, rows, wait_for
 from harness import Cluster, run_pyfluss
 
 from strom.client import Connection
+from strom.common.errors import RebalanceFailureError
+from strom.common.rebalance import GoalType
 
 LOG_TABLE, PK_TABLE = "events", "accounts"
 BUCKETS = 4
@@ -159,6 +162,13 @@ def test_replacing_a_dead_server_with_remove_server(tmp_path: Path) -> None:
         cluster.wait_for_tablet_servers({0, 2})
         dead = tablet_servers(status(cluster))[1]
         assert not dead["alive"] and dead["replicas"] == BUCKETS
+
+        async def rack_aware() -> None:
+            async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+                await conn.get_admin().rebalance([GoalType.RACK_AWARE])
+
+        with pytest.raises(RebalanceFailureError, match="RACK_AWARE goal is not supported"):
+            asyncio.run(rack_aware())
 
         done = json.loads(
             strom("rebalance", "--bootstrap", cluster.bootstrap, "--remove-server", "1", "--json").stdout

@@ -187,6 +187,10 @@ class RebalanceManager:
             goals = [GoalType(g) for g in request.goals] or list(GoalType)[:2]
         except ValueError:
             raise RebalanceFailureError(f"unknown rebalance goal in {list(request.goals)}") from None
+        if GoalType.RACK_AWARE in goals:
+            raise RebalanceFailureError(
+                "the RACK_AWARE goal is not supported: Strom places replicas without regard to racks"
+            )
         tags = self.server_tags()
         drained = {s for s, t in tags.items() if t == ServerTag.PERMANENT_OFFLINE}
         # temporarily offline servers keep what they have and take nothing new
