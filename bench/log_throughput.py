@@ -1,8 +1,9 @@
-"""Log-table throughput: the official pyfluss client appending Arrow data into a local Strom cluster and
-reading it back, against the physical reference of writing and reading the same bytes with plain file
-I/O on the same disk. Prints MB/s for each and the ratio Strom / reference.
+"""Log-table throughput: the official pyfluss client appending Arrow data into a Strom tablet server and
+reading it back from the earliest offset, against references taken in the same run: appending the same
+bytes to a file with fsync (best of 3), and one asyncio process streaming the same bytes to itself
+over loopback TCP. Prints MB/s for each and the ratio Strom / reference.
 
-    .venv/bin/python bench/log_throughput.py [--mb 200] [--buckets 2]
+    .venv/bin/python bench/log_throughput.py [--mb 200] [--buckets 2] [--runs 3] [--large] [--json]
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -18,8 +19,7 @@ from pathlib import Path
 import fluss
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from harness import Cluster
+from common import Row, cluster, parser, report
 
 
 def make_batch(rows: int) -> pa.RecordBatch:
@@ -35,11 +35,11 @@ def make_batch(rows: int) -> pa.RecordBatch:
 
 
 async def strom_run(
-    bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int
+    bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int, name: str
 ) -> tuple[float, float, int]:
     connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
     admin = connection.get_admin()
-    path = fluss.TablePath("fluss", "bench")
+    path = fluss.TablePath("fluss", name)
     schema = fluss.Schema(batch.schema)
     properties = {"table.log.arrow.compression.type": "NONE"}
     await admin.create_table(path, fluss.TableDescriptor(schema, bucket_count=buckets, properties=properties))
@@ -60,46 +60,91 @@ async def strom_run(
     return write_seconds, read_seconds, result.num_rows
 
 
-def reference_run(directory: Path, payload: bytes, count: int) -> tuple[float, float]:
+def file_write_reference(directory: Path, payload: bytes, count: int) -> float:
+    """Seconds to append the same bytes to a file and fsync it: what the disk allows."""
     path = directory / "reference.log"
+    path.unlink(missing_ok=True)
     start = time.perf_counter()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     for _ in range(count):
         os.write(fd, payload)
+    os.fsync(fd)
     os.close(fd)
-    write_seconds = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+async def loopback_stream_reference(payload: bytes, count: int) -> float:
+    """Seconds for one asyncio process to stream the same bytes to itself over a loopback socket: the
+    ceiling of any Python server and client talking over TCP on this machine."""
+    received = 0
+    done = asyncio.get_running_loop().create_future()
+    total = len(payload) * count
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(count):
+            writer.write(payload)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
     start = time.perf_counter()
-    with open(path, "rb") as f:
-        while f.read(1 << 20):
-            pass
-    return write_seconds, time.perf_counter() - start
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+    while received < total:
+        chunk = await reader.read(1 << 22)
+        if not chunk:
+            break
+        received += len(chunk)
+    seconds = time.perf_counter() - start
+    writer.close()
+    server.close()
+    done.cancel()
+    assert received == total
+    return seconds
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=200, help="approximate data volume")
-    parser.add_argument("--buckets", type=int, default=2)
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--mb", type=int, default=200, help="approximate data volume")
+    p.add_argument("--buckets", type=int, default=2)
+    args = p.parse_args()
     batch = make_batch(20_000)
     payload = batch.serialize().to_pybytes()
-    count = max(1, args.mb * 1024 * 1024 // len(payload))
+    megabytes_wanted = args.mb * (5 if args.large else 1)
+    count = max(1, megabytes_wanted * 1024 * 1024 // len(payload))
     megabytes = count * len(payload) / 1e6
+    writes, reads = [], []
+    with cluster() as running:
+        for run in range(args.runs):
+            write_s, read_s, rows = asyncio.run(
+                strom_run(running.bootstrap, batch, count, args.buckets, f"bench{run}")
+            )
+            assert rows == count * batch.num_rows, f"read back {rows} rows, wrote {count * batch.num_rows}"
+            writes.append(write_s)
+            reads.append(read_s)
     with tempfile.TemporaryDirectory() as tmp:
-        cluster = Cluster(Path(tmp) / "cluster", tablet_servers=1).start()
-        try:
-            write_s, read_s, rows = asyncio.run(strom_run(cluster.bootstrap, batch, count, args.buckets))
-        finally:
-            cluster.stop()
-        assert rows == count * batch.num_rows, f"read back {rows} rows, wrote {count * batch.num_rows}"
-        ref_write_s, ref_read_s = reference_run(Path(tmp), payload, count)
-    print(f"data: {megabytes:.0f} MB in {count} Arrow batches of {batch.num_rows} rows")
-    print(
-        f"append  strom (pyfluss -> Strom) {megabytes / write_s:8.1f} MB/s   "
-        f"reference (os.write) {megabytes / ref_write_s:8.1f} MB/s   ratio {ref_write_s / write_s:.3f}"
-    )
-    print(
-        f"read    strom (pyfluss <- Strom) {megabytes / read_s:8.1f} MB/s   "
-        f"reference (file read) {megabytes / ref_read_s:8.1f} MB/s   ratio {ref_read_s / read_s:.3f}"
+        file_s = min(file_write_reference(Path(tmp), payload, count) for _ in range(3))
+    stream_s = statistics.median(asyncio.run(loopback_stream_reference(payload, count)) for _ in range(3))
+    report(
+        [
+            Row(
+                "append, pyfluss -> Strom, Arrow 4 cols",
+                megabytes / statistics.median(writes),
+                megabytes / file_s,
+                "MB/s",
+                "file write+fsync (best of 3)",
+                target=">= 0.5",
+            ),
+            Row(
+                "read, pyfluss <- Strom, from earliest",
+                megabytes / statistics.median(reads),
+                megabytes / stream_s,
+                "MB/s",
+                "asyncio loopback stream",
+                target=">= 0.5",
+            ),
+        ],
+        args.json,
     )
 
 

@@ -56,6 +56,10 @@ def _setup_logging(level: str) -> None:
 def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
     import uvloop
 
+    from strom.server.allocator import keep_large_allocations_on_the_heap
+
+    keep_large_allocations_on_the_heap()
+
     async def main() -> None:
         try:
             server = await coroutine_factory()

@@ -1,0 +1,80 @@
+"""What every benchmark shares: a throw-away cluster of real server processes, a result row that names
+Strom's figure, the reference measured in the same run and their ratio, and `--json` output for
+`bench/run_all.py`.
+
+A benchmark script prints its rows as a table for people; with `--json` it prints one JSON object per
+row instead (one per line), which run_all collects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from harness import Cluster  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the performance table."""
+
+    path: str  # what is measured, e.g. "append, pyfluss -> Strom"
+    strom: float
+    reference: float
+    unit: str  # e.g. "MB/s", "rows/s", "ms"
+    reference_name: str
+    # strom/reference for throughputs, reference/strom for latencies (so higher is better either way)
+    higher_is_better: bool = True
+    target: str = ""
+
+    @property
+    def ratio(self) -> float:
+        if self.higher_is_better:
+            return self.strom / self.reference if self.reference else 0.0
+        return self.reference / self.strom if self.strom else 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0])
+    p.add_argument("--large", action="store_true", help="a bigger run (minutes instead of about one)")
+    p.add_argument("--runs", type=int, default=3, help="runs of each measurement; the median is reported")
+    p.add_argument("--json", action="store_true", help="print rows as JSON lines (for bench/run_all.py)")
+    return p
+
+
+def median_of(runs: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(runs))
+
+
+@contextlib.contextmanager
+def cluster(tablet_servers: int = 1, config: dict[str, str] | None = None) -> Iterator[Cluster]:
+    with tempfile.TemporaryDirectory() as tmp:
+        running = Cluster(Path(tmp) / "cluster", tablet_servers=tablet_servers, config=config).start()
+        try:
+            yield running
+        finally:
+            running.stop()
+
+
+def report(rows: list[Row], as_json: bool) -> None:
+    if as_json:
+        for row in rows:
+            print(json.dumps(row.to_json()))
+        return
+    for row in rows:
+        print(
+            f"{row.path:<44} strom {row.strom:>12,.2f} {row.unit:<7} "
+            f"{row.reference_name} {row.reference:>12,.2f} {row.unit:<7} ratio {row.ratio:6.3f}"
+            + (f"  (target {row.target})" if row.target else "")
+        )
