@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from harness import Cluster  # noqa: E402
+from harness import Cluster
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ over loopback TCP. Prints MB/s for each and the ratio Strom / reference.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import fluss
 import pyarrow as pa
-
 from common import Row, cluster, parser, report
 
 
