@@ -58,9 +58,18 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 
 @contextlib.contextmanager
-def cluster(tablet_servers: int = 1, config: dict[str, str] | None = None) -> Iterator[Cluster]:
+def cluster(
+    tablet_servers: int = 1, config: dict[str, str] | None = None, metrics: bool = False
+) -> Iterator[Cluster]:
+    """Real server processes in a temporary directory; with `metrics`, each serves Prometheus metrics
+    (its `metrics_address`)."""
+    from strom.server.local_cluster import serve_metrics
+
     with tempfile.TemporaryDirectory() as tmp:
-        running = Cluster(Path(tmp) / "cluster", tablet_servers=tablet_servers, config=config).start()
+        running = Cluster(Path(tmp) / "cluster", tablet_servers=tablet_servers, config=config)
+        if metrics:
+            serve_metrics([*running.coordinators, *running.tablet_servers.values()], "127.0.0.1")
+        running.start()
         try:
             yield running
         finally:

@@ -50,6 +50,8 @@ POSITION_DELETE_ARROW_SCHEMA = pa.schema(
     ]
 )
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024  # write.target-file-size-bytes default
+DEFAULT_ROW_GROUP_ROWS = 1_048_576  # write.parquet.row-group-limit default
+DEFAULT_ROW_GROUP_BYTES = 128 * 1024 * 1024  # write.parquet.row-group-size-bytes default
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ def data_location(table: Table, spec: PartitionSpec, partition: tuple[Any, ...],
 
 class DataFileWriter:
     """Streams Arrow batches (already in the file schema) into Parquet data files of one partition,
-    starting a new file past the target size."""
+    starting a new file past the target size. Batches are gathered into row groups of the table's
+    row-group limits before they are written: one row group per fetched batch made files of many tiny
+    row groups and cost most of a tiering round (see docs/performance.md)."""
 
     def __init__(self, table: Table, partition: tuple[Any, ...], name_prefix: str) -> None:
         self._table = table
@@ -129,6 +133,12 @@ class DataFileWriter:
         self._writer: pq.ParquetWriter | None = None
         self._rows = 0
         self._bytes = 0
+        properties = table.properties
+        self._group_rows = int(properties.get("write.parquet.row-group-limit", DEFAULT_ROW_GROUP_ROWS))
+        self._group_bytes = int(properties.get("write.parquet.row-group-size-bytes", DEFAULT_ROW_GROUP_BYTES))
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
         self.files: list[IcebergFile] = []
         self.written_paths: list[str] = []
 
@@ -139,15 +149,28 @@ class DataFileWriter:
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        if self._writer is None:
-            self._open()
-        assert self._writer is not None
-        self._writer.write_table(table)
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
         self._rows += table.num_rows
         # Arrow bytes overestimate the compressed file: files end up smaller than the target.
         self._bytes += table.nbytes
+        if self._pending_rows >= self._group_rows or self._pending_bytes >= self._group_bytes:
+            self._write_pending()
         if self._bytes >= self._target:
             self._finish_file()
+
+    def _write_pending(self) -> None:
+        if not self._pending:
+            return
+        if self._writer is None:
+            self._open()
+        assert self._writer is not None
+        group = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._writer.write_table(group, row_group_size=self._group_rows)
+        self._pending = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
 
     def _open(self) -> None:
         name = f"{self._prefix}-{self._count:05d}-{uuid.uuid4()}.parquet"
@@ -160,6 +183,7 @@ class DataFileWriter:
         )
 
     def _finish_file(self) -> None:
+        self._write_pending()
         assert self._writer is not None and self._path is not None
         self._writer.close()
         metadata = self._writer.writer.metadata
@@ -191,12 +215,13 @@ class DataFileWriter:
 
     def close(self) -> list[IcebergFile]:
         """Finish the open file; the files written."""
-        if self._writer is not None:
+        if self._writer is not None or self._pending:
             self._finish_file()
         return list(self.files)
 
     def discard(self) -> None:
         """Close and delete everything written (a writer that never completed)."""
+        self._pending = []
         if self._writer is not None:
             try:
                 self._writer.close()

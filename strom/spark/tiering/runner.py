@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from strom.common.table_descriptor import TableInfo
@@ -23,7 +25,11 @@ class SplitRunner(Protocol):
 
 
 class LocalSplitRunner:
-    """Runs splits one after another in this process."""
+    """Runs splits in this process, on a few threads: reading buckets and writing Parquet spend most of
+    their time in Arrow and the network, outside the GIL, so splits overlap as Spark tasks would."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
 
     def run(
         self,
@@ -33,7 +39,12 @@ class LocalSplitRunner:
         lake_format: str,
         lake_properties: Mapping[str, str],
     ) -> list[WriteResult]:
-        return [write_split(s, table_info, client, lake_format, lake_properties) for s in splits]
+        if len(splits) <= 1 or self.workers == 1:
+            return [write_split(s, table_info, client, lake_format, lake_properties) for s in splits]
+        with ThreadPoolExecutor(min(self.workers, len(splits)), thread_name_prefix="tiering-split") as pool:
+            return list(
+                pool.map(lambda s: write_split(s, table_info, client, lake_format, lake_properties), splits)
+            )
 
 
 class SparkSplitRunner:
