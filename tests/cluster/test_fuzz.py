@@ -191,6 +191,8 @@ def test_unread_pipelined_answers_and_huge_frames_stay_bounded(fuzz_cluster: Fuz
     half_open = [socket.create_connection(fc.coordinator) for _ in range(200)]
     for sock in half_open[:100]:
         sock.sendall(struct.pack(">i", 1000))  # a partial frame that never completes
+    for sock in half_open[100:150]:  # large frames, received into buffers of their own, never complete
+        sock.sendall(struct.pack(">ihhi", 1 << 20, int(ApiKey.CREATE_TABLE), 0, 1) + b"\0" * 100_000)
     time.sleep(6)  # past rpc.frame-timeout and netty.connection.max-idle-time
     try:
         for pid, before in fc.memory_before.items():
