@@ -154,10 +154,19 @@ class Lookuper(_KeyedLookup):
 
     async def lookup(self, key: KeyLike) -> dict[str, Any] | None:
         """The row with this primary key, or None."""
-        value = (await self._values([self._row(key)]))[0]
+        row = self._row(key)
+        routing = self.routing
+        if routing.partitioner is None:
+            # one key of an unpartitioned table: straight to the batching client, no list plumbing
+            encoded = routing.encode_key(row)
+            bucket = self._bucket(None, routing.bucket_of(row, encoded))
+            value = await self._client.lookup(self.table.path, bucket, encoded)
+        else:
+            value = (await self._values([row]))[0]
         if value is None:
             return None
-        await self.decoder.ensure_schemas([value])
+        if not self.decoder.knows(value):
+            await self.decoder.ensure_schemas([value])
         return self.decoder.to_dict(value)
 
     async def lookup_many(self, keys: Iterable[KeyLike]) -> list[dict[str, Any] | None]:

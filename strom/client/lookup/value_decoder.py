@@ -57,6 +57,10 @@ class ValueDecoder:
 
     # ------------------------------------------------------------------ schemas
 
+    def knows(self, value: Buffer) -> bool:
+        """Whether the schema the value was written with is known (ensure_schemas needs no call)."""
+        return split_value(value)[0] in self._codecs
+
     async def ensure_schemas(self, values: Sequence[Buffer]) -> None:
         """Fetch the schemas of values written with a schema this decoder does not know yet."""
         missing = {split_value(v)[0] for v in values} - self._codecs.keys()
