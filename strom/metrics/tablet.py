@@ -4,7 +4,7 @@ gauges) its leaders, replicas, under-replicated buckets, log sizes and RocksDB m
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from strom.common.table_path import TablePath
@@ -118,15 +118,18 @@ class TabletMetrics:
         bytes_in.inc(size)
         messages_in.inc(records)
 
-    def fetched(self, response: pb.FetchLogResponse, follower: bool) -> None:
-        for table in response.tables_resp:
-            size = sum(len(b.records) for b in table.buckets_resp if b.HasField("records"))
-            if not size:
-                continue
+    def fetched(
+        self, response: pb.FetchLogResponse, records: Mapping[tuple[int, int], bytes], follower: bool
+    ) -> None:
+        """A FetchLog answer; `records` are its record bytes by (table index, bucket index)."""
+        sizes: dict[int, int] = defaultdict(int)
+        for (t, _), data in records.items():
+            sizes[t] += len(data)
+        for t, size in sizes.items():
             if follower:
                 self._replication_out.inc(size)
                 continue
-            path = self._table_path(table.table_id)
+            path = self._table_path(response.tables_resp[t].table_id)
             if path is not None:
                 self._table(path.database_name, path.table_name)[2].inc(size)
 

@@ -23,6 +23,7 @@ from strom.common.errors import (
     UnsupportedVersionError,
 )
 from strom.rpc.api import ApiKey, ServerType, api_spec
+from strom.rpc.encoded import EncodedResponse
 from strom.rpc.framing import (
     REQUEST_HEADER,
     RESPONSE_ERROR,
@@ -82,7 +83,7 @@ class RequestGuard(Protocol):
     ) -> None: ...
 
 
-Handler = Callable[[Any, RequestContext], Awaitable[Message]]
+Handler = Callable[[Any, RequestContext], Awaitable["Message | EncodedResponse"]]
 
 
 class RpcServer:
@@ -425,7 +426,10 @@ class _Connection(asyncio.Protocol):
             response = await handler(request, RequestContext(header.api_version, session.peer, session))
             if guard is not None:
                 guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
-            self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
+            if isinstance(response, EncodedResponse):
+                self._send_pieces(header.request_id, response)
+            else:
+                self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
             failed = False
         except asyncio.CancelledError:
             raise
@@ -475,6 +479,12 @@ class _Connection(asyncio.Protocol):
             response.error_code = -1
             response.error_message = f"{type(error).__name__}: {error}"
         self._send(RESPONSE_ERROR, request_id, response.SerializeToString())
+
+    def _send_pieces(self, request_id: int, response: EncodedResponse) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        transport.writelines([response_header(RESPONSE_SUCCESS, request_id, response.size), *response.chunks])
 
     def _send(self, response_type: int, request_id: int, body: bytes) -> None:
         transport = self.transport

@@ -32,8 +32,10 @@ from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.log_batch import iter_batches
+from strom.rpc.encoded import EncodedResponse
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
+from strom.server.tablet.fetch_response import encode_fetch_response
 from strom.server.tablet.remote_log import remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -177,8 +179,9 @@ class LogService:
         max_bytes: int,
         plan: _TableRead,
         result: pb.PbFetchLogRespForBucket,
-    ) -> int:
-        """Fills one bucket's answer; returns the bytes scanned in the log (for min_bytes)."""
+    ) -> tuple[int, bytes]:
+        """Fills one bucket's answer; returns the bytes scanned in the log (for min_bytes) and the
+        records to send."""
         tablet = replica.log_tablet()
         earliest = earliest_offset(replica)
         if fetch_offset == EARLIEST_OFFSET:
@@ -193,7 +196,7 @@ class LogService:
             # tiered data: the client downloads these segments from remote storage itself
             result.high_watermark = tablet.high_watermark
             result.log_start_offset = earliest
-            return sum(s.segment_size_in_bytes for s in result.remote_log_fetch_info.remote_log_segments)
+            return sum(s.segment_size_in_bytes for s in result.remote_log_fetch_info.remote_log_segments), b""
         fetched = tablet.read(fetch_offset, max_bytes, max_offset=tablet.high_watermark)
         result.high_watermark = fetched.high_watermark
         result.log_start_offset = earliest
@@ -219,9 +222,7 @@ class LogService:
                 # lets the client move past batches the filter pruned
                 result.filtered_end_offset = scanned_end
             records = b"".join(kept)
-        if records:
-            result.records = records
-        return len(fetched.records)
+        return len(fetched.records), records
 
     def _read_for_follower(
         self,
@@ -229,7 +230,7 @@ class LogService:
         follower: int,
         entry: pb.PbFetchLogReqForBucket,
         result: pb.PbFetchLogRespForBucket,
-    ) -> int:
+    ) -> tuple[int, bytes]:
         """A follower's fetch: its offset says how far it has the log; it reads up to the log end."""
         if follower not in replica.replicas:
             raise NotLeaderOrFollowerError(f"server {follower} is not a replica of {replica.bucket}")
@@ -238,22 +239,20 @@ class LogService:
         fetched = tablet.read(entry.fetch_offset, entry.max_fetch_bytes)
         result.high_watermark = tablet.high_watermark
         result.log_start_offset = tablet.log_start_offset
-        if fetched.records:
-            result.records = fetched.records
-        return len(fetched.records)
+        return len(fetched.records), fetched.records
 
-    async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> pb.FetchLogResponse:
+    async def fetch_log(self, request: pb.FetchLogRequest, ctx: RequestContext) -> EncodedResponse:
         asked = (request.max_wait_ms if request.HasField("max_wait_ms") else 0) / 1000
         max_wait = min(max(asked, 0.0), self.max_wait_seconds)
         min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
         deadline = time.monotonic() + max_wait
         while True:
-            response, total, waiting_on = self._fetch_once(request)
+            response, records, total, waiting_on = self._fetch_once(request)
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or not waiting_on:
                 if self.traffic is not None and total:
-                    self.traffic.fetched(response, request.follower_server_id >= 0)
-                return response
+                    self.traffic.fetched(response, records, request.follower_server_id >= 0)
+                return encode_fetch_response(response, records)
             # Long-poll: hold an empty fetch until data arrives or max_wait_ms passes, so clients do
             # not spin (the official client sends 500 ms and would otherwise loop thousands of times).
             waiter = asyncio.get_running_loop().create_future()
@@ -268,16 +267,21 @@ class LogService:
                     if waiter in replica.waiters:
                         replica.waiters.remove(waiter)
 
-    def _fetch_once(self, request: pb.FetchLogRequest) -> tuple[pb.FetchLogResponse, int, list[Replica]]:
+    def _fetch_once(
+        self, request: pb.FetchLogRequest
+    ) -> tuple[pb.FetchLogResponse, dict[tuple[int, int], bytes], int, list[Replica]]:
+        """The answer without record bytes, the record bytes by (table index, bucket index), the
+        bytes scanned, and the replicas that had nothing to give."""
         response = pb.FetchLogResponse()
+        records: dict[tuple[int, int], bytes] = {}
         total = 0
         budget = request.max_bytes if request.max_bytes > 0 else 16 * 1024 * 1024
         waiting_on: list[Replica] = []
-        for table_req in request.tables_req:
+        for t, table_req in enumerate(request.tables_req):
             table_resp = response.tables_resp.add(table_id=table_req.table_id)
             plan: _TableRead | None = None
             plan_error: FlussError | None = None
-            for entry in table_req.buckets_req:
+            for b, entry in enumerate(table_req.buckets_req):
                 bucket = _bucket_of(table_req.table_id, entry)
                 result = table_resp.buckets_resp.add(bucket_id=entry.bucket_id)
                 if entry.HasField("partition_id"):
@@ -286,7 +290,11 @@ class LogService:
                 try:
                     replica = self.replicas.leader_replica(bucket)
                     if request.follower_server_id >= 0:
-                        size = self._read_for_follower(replica, request.follower_server_id, entry, result)
+                        size, data = self._read_for_follower(
+                            replica, request.follower_server_id, entry, result
+                        )
+                        if data:
+                            records[(t, b)] = data
                         total += size
                         if size == 0:
                             waiting_on.append(replica)
@@ -299,9 +307,11 @@ class LogService:
                     if plan_error is not None:
                         raise plan_error
                     assert plan is not None
-                    size = self._read_bucket(
+                    size, data = self._read_bucket(
                         replica, entry.fetch_offset, min(entry.max_fetch_bytes, budget), plan, result
                     )
+                    if data:
+                        records[(t, b)] = data
                     budget = max(0, budget - size)
                     total += size
                     if size == 0:
@@ -313,7 +323,7 @@ class LogService:
                         # a follower out of range needs to know where the leader's log starts
                         result.log_start_offset = replica.log.log_start_offset
                         result.high_watermark = replica.log.high_watermark
-        return response, total, waiting_on
+        return response, records, total, waiting_on
 
     async def list_offsets(
         self, request: pb.ListOffsetsRequest, ctx: RequestContext
