@@ -443,7 +443,7 @@ def local(
             }
             for s in servers
         ],
-        "datalake": {"format": lake_format, "properties": lake_properties},
+        "datalake": local_cluster.datalake_entry(lake_format, lake_properties),
     }
     if "zookeeper.address" in config:
         cluster["zookeeper"] = config["zookeeper.address"]

@@ -77,3 +77,14 @@ def coordinator_processes(
         )
         for i in range(count)
     ]
+
+
+def datalake_entry(lake_format: str, properties: dict[str, str]) -> dict[str, object]:
+    """cluster.json's "datalake": the format, its catalog properties and, for Iceberg, the catalog name
+    (a SQL catalog keeps it in its rows: a reader opening the catalog under another name sees nothing)."""
+    entry: dict[str, object] = {"format": lake_format, "properties": properties}
+    if lake_format == "iceberg":
+        from strom.lake.iceberg.catalog import DEFAULT_CATALOG_NAME
+
+        entry["name"] = properties.get("name", DEFAULT_CATALOG_NAME)
+    return entry

@@ -27,7 +27,7 @@ from strom.common.partition import parse_partition_name
 from strom.common.table_descriptor import TableInfo
 from strom.spark import bridge, lake_source, planner
 from strom.spark.filters import Condition, PushedFilters, partition_matches, push
-from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode
+from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode, resolve_lake
 from strom.spark.scan import read_group
 from strom.spark.splits import BucketRange, ReadSpec, SplitGroup, bin_pack
 
@@ -55,7 +55,7 @@ def read_spec(
         include_metadata=options.include_metadata,
         predicate=pushed.predicate if pushed else None,
         spark_schema_json=schema.json(),
-        lake=options.lake,
+        lake=resolve_lake(options.lake, table) if options.union_read and table.datalake_enabled else (),
     )
 
 
@@ -73,7 +73,9 @@ def plan_ranges(
     """Every bucket's share of a batch read, as of now."""
     # Union reads: the lake snapshot first, so Fluss's end offsets are never behind it.
     lake = (
-        lake_source.latest_cut(options.lake, table) if options.union_read and table.datalake_enabled else None
+        lake_source.latest_cut(resolve_lake(options.lake, table), table)
+        if options.union_read and table.datalake_enabled
+        else None
     )
     if table.has_primary_key and options.startup_mode is StartupMode.FULL:
         snapshots = bridge.supports_snapshots()

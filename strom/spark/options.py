@@ -11,10 +11,11 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from strom.client.admin import as_table_path
+from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 
 BOOTSTRAP_SERVERS = "bootstrap.servers"
@@ -223,17 +224,36 @@ class ReadOptions:
 
 
 def _lake_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The lake configuration of a union read: ``datalake.format`` plus its ``datalake.<format>.*``."""
+    """The lake configuration given as read options: ``datalake.format`` plus its ``datalake.<format>.*``
+    (empty when not given: the table's own properties say where its lake is, see `resolve_lake`)."""
     lake_format = str(options.get(DATALAKE_FORMAT) or "").strip().lower()
     if not lake_format:
-        raise SparkOptionError(
-            f"'{UNION_READ}' needs option '{DATALAKE_FORMAT}' ('iceberg' or 'paimon') and the lake's "
-            f"'datalake.<format>.*' options, as in the cluster's configuration."
-        )
+        return ()
     prefix = f"{DATALAKE_PREFIX}{lake_format}."
     found = {DATALAKE_FORMAT: lake_format}
     # Spark's option map lowercases keys; the lake formats' catalog properties are lowercase anyway.
     found.update({str(k): str(v) for k, v in options.items() if str(k).lower().startswith(prefix)})
+    return tuple(sorted(found.items()))
+
+
+def resolve_lake(given: Sequence[tuple[str, str]], table: TableInfo) -> tuple[tuple[str, str], ...]:
+    """Where a union read finds the table's lake: the read options when they name one (they win), else
+    the table's properties, which the coordinator fills for lake-enabled tables with the cluster's
+    ``datalake.<format>.*`` options as ``table.datalake.<format>.*`` (secrets left out, as in Fluss)."""
+    if given:
+        return tuple(given)
+    properties = dict(table.descriptor.properties)
+    lake_format = str(properties.get(f"table.{DATALAKE_FORMAT}") or "").strip().lower()
+    if not lake_format:
+        raise SparkOptionError(
+            f"'{UNION_READ}' on '{table.table_path}' needs to know its lake: the table has no "
+            f"'table.{DATALAKE_FORMAT}' property (is 'table.datalake.enabled' set and the cluster's "
+            f"'datalake.format' configured?); or pass '{DATALAKE_FORMAT}' and the 'datalake.<format>.*' "
+            "options."
+        )
+    prefix = f"table.{DATALAKE_PREFIX}{lake_format}."
+    found = {DATALAKE_FORMAT: lake_format}
+    found.update({key[len("table.") :]: value for key, value in properties.items() if key.startswith(prefix)})
     return tuple(sorted(found.items()))
 
 

@@ -98,11 +98,12 @@ def test_strom_local_with_sasl_and_acls_tiers_to_the_lake(tmp_path: Path) -> Non
         run_pyfluss(bootstrap, write, properties=ADMIN)
         from pyiceberg.catalog import load_catalog
 
-        lake = json.loads((data_dir / "cluster.json").read_text())["datalake"]["properties"]
+        datalake = json.loads((data_dir / "cluster.json").read_text())["datalake"]
+        lake = datalake["properties"]
         deadline = time.monotonic() + 120
         rows = 0
         while time.monotonic() < deadline:
-            catalog = load_catalog("default", **lake)
+            catalog = load_catalog(datalake["name"], **lake)
             if catalog.table_exists("shop.events"):
                 rows = catalog.load_table("shop.events").scan().to_arrow().num_rows
                 if rows == 100:

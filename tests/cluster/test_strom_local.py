@@ -78,6 +78,7 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
         assert cluster["bootstrap"] == f"127.0.0.1:{port}"
         assert cluster["datalake"]["format"] == "iceberg"
         assert cluster["datalake"]["properties"]["type"] == "sql"
+        assert cluster["datalake"]["name"] == "default"  # the Iceberg catalog name readers must use
         roles = sorted((s["role"], s["id"]) for s in cluster["servers"])
         assert roles == [("coordinator", 0), ("tablet-server", 0), ("tablet-server", 1)]
         pids = [s["pid"] for s in cluster["servers"]]

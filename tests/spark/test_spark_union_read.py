@@ -16,10 +16,13 @@ import pytest
 from fluss_helpers import append, apply_changes, run
 from harness import Cluster
 
+from strom.common.schema import Schema
+from strom.common.table_descriptor import TableDescriptor, TableInfo
+from strom.common.table_path import TablePath
 from strom.spark import bridge
 from strom.spark.batch_reader import plan_ranges
 from strom.spark.lake_source import latest_cut
-from strom.spark.options import ConnectionOptions, ReadOptions, SparkOptionError
+from strom.spark.options import ConnectionOptions, ReadOptions, SparkOptionError, resolve_lake
 
 LOG_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 PK_SCHEMA = pa.schema([("id", pa.int32()), ("balance", pa.float64())])
@@ -120,7 +123,14 @@ def test_union_read_takes_tiered_rows_from_the_lake_and_the_rest_from_fluss(
     append(cluster.bootstrap, "events", events(range(200, 300)))
     change_accounts(3, range(20, 50), [0, 1, 21])
 
-    options = {"bootstrap.servers": cluster.bootstrap, "scan.union-read": "true", **config}
+    # No lake option: the coordinator serves lake-enabled tables with the cluster's lake options as
+    # table.datalake.<format>.* properties, and the union read takes them from there (as in Fluss).
+    options = {"bootstrap.servers": cluster.bootstrap, "scan.union-read": "true"}
+    properties = dict(bridge.table_info(connection_of(cluster, "events")).descriptor.properties)
+    assert properties["table.datalake.format"] == lake_format
+    assert {
+        f"table.{k}": v for k, v in config.items() if k != "datalake.format"
+    }.items() <= properties.items()
 
     def read(name: str, **extra: str) -> Any:
         reader = spark.read.format("fluss")
@@ -162,7 +172,28 @@ def test_union_read_options() -> None:
     assert parsed.union_read
     assert dict(parsed.lake) == {"datalake.format": "iceberg", "datalake.iceberg.uri": "sqlite:///x"}
     assert ReadOptions.parse(lake).lake == ()
-    with pytest.raises(SparkOptionError, match=r"datalake\.format"):
-        ReadOptions.parse({"scan.union-read": "true"})
+    # without lake options the table's properties must say where its lake is
+    assert ReadOptions.parse({"scan.union-read": "true"}).lake == ()
+    schema = Schema.from_arrow_schema(LOG_SCHEMA)
+    bare = TableInfo(TablePath("fluss", "t"), 1, 1, TableDescriptor(schema, bucket_count=1), 0, 0)
+    with pytest.raises(SparkOptionError, match=r"no 'table\.datalake\.format' property"):
+        resolve_lake((), bare)
+    described = TableInfo(
+        TablePath("fluss", "t"),
+        1,
+        1,
+        TableDescriptor(
+            schema,
+            bucket_count=1,
+            properties={"table.datalake.format": "paimon", "table.datalake.paimon.warehouse": "/w"},
+        ),
+        0,
+        0,
+    )
+    assert dict(resolve_lake((), described)) == {
+        "datalake.format": "paimon",
+        "datalake.paimon.warehouse": "/w",
+    }
+    assert resolve_lake(parsed.lake, described) == parsed.lake  # explicit options win
     with pytest.raises(SparkOptionError, match=r"scan\.union-read"):
         ReadOptions.parse({"scan.union-read": "true", "scan.startup.mode": "latest", **lake})

@@ -4,8 +4,8 @@ Properties are what `pyiceberg.catalog.load_catalog` takes (the cluster's ``data
 options with the prefix stripped): ``type=sql`` with ``uri=sqlite:///…`` (or any SQLAlchemy URL)
 and ``warehouse=file:///…`` by default, ``type=rest`` with ``uri=http://…`` for a REST catalog.
 With no ``type`` and no ``uri`` an embedded SQLite catalog file is kept in a local warehouse
-directory. ``name`` is the catalog name (default ``fluss-iceberg-catalog`` as in Fluss); readers of a
-SQL catalog must use the same one.
+directory. ``name`` is the catalog name (default ``default``, pyiceberg's own); readers of a SQL
+catalog must use the same one.
 """
 
 from __future__ import annotations

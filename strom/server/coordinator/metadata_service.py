@@ -40,6 +40,7 @@ from strom.rpc.server import RequestContext
 from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.table_lake_options import table_lake_options, with_lake_options
 from strom.server.coordinator.table_validation import (
     apply_table_defaults,
     parse_table_descriptor,
@@ -80,6 +81,7 @@ class MetadataService:
         self.membership = membership
         self.controller = controller
         self.coordinator_node = coordinator_node
+        self.lake_options = table_lake_options(config)
         # called after a table is created (the coordinator hooks auto-partitioning in here)
         self.on_table_created: Callable[[TableRecord], Awaitable[None]] | None = None
         self.on_table_dropped: Callable[[int], None] | None = None
@@ -269,7 +271,7 @@ class MetadataService:
         return pb.GetTableInfoResponse(
             table_id=record.table_id,
             schema_id=record.schema_id,
-            table_json=record.table_json,
+            table_json=with_lake_options(record.table_json, self.lake_options),
             created_time=record.created_time,
             modified_time=record.modified_time,
         )
@@ -396,7 +398,7 @@ class MetadataService:
         meta = target.add(
             table_id=record.table_id,
             schema_id=record.schema_id,
-            table_json=record.table_json,
+            table_json=with_lake_options(record.table_json, self.lake_options),
             created_time=record.created_time,
             modified_time=record.modified_time,
         )
