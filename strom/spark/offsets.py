@@ -8,7 +8,9 @@ they are the only durable read position; the JSON is stable (ordered keys) becau
     {"version": 1, "table_id": 7, "partitions": {"12": {"name": "eu", "buckets": {"0": 5}}}}
 
 A bucket of a primary-key table that still has to emit its KV snapshot (startup mode ``full``)
-holds ``{"snapshot": <id>, "offset": <log offset after it>}`` instead of a number.
+holds ``{"snapshot": <id>, "offset": <log offset after it>}`` instead of a number; with a union read,
+a bucket that still has to emit the lake's rows holds ``{"lake": <lake snapshot id>, "offset": <the
+lake's offset>}``.
 """
 
 from __future__ import annotations
@@ -33,19 +35,25 @@ class BucketKey:
 
 @dataclass(frozen=True)
 class Position:
-    """Where a bucket's stream continues: a log offset, after first emitting a snapshot if given."""
+    """Where a bucket's stream continues: a log offset, after first emitting a KV snapshot or (union
+    reads) the lake's rows below the offset, if given."""
 
     offset: int
     snapshot_id: int | None = None
+    lake_snapshot_id: int | None = None
 
     def to_json(self) -> int | dict[str, int]:
-        if self.snapshot_id is None:
-            return self.offset
-        return {"snapshot": self.snapshot_id, "offset": self.offset}
+        if self.snapshot_id is not None:
+            return {"snapshot": self.snapshot_id, "offset": self.offset}
+        if self.lake_snapshot_id is not None:
+            return {"lake": self.lake_snapshot_id, "offset": self.offset}
+        return self.offset
 
     @classmethod
     def from_json(cls, value: Any) -> Position:
         if isinstance(value, dict):
+            if "lake" in value:
+                return cls(int(value["offset"]), lake_snapshot_id=int(value["lake"]))
             return cls(int(value["offset"]), int(value["snapshot"]))
         return cls(int(value))
 

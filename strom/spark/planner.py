@@ -108,9 +108,12 @@ def _lake_offset(lake: LakeCut | None, key: BucketKey) -> int:
 
 
 def with_lake(r: BucketRange, lake_offset: int, lake: LakeCut) -> BucketRange:
-    """`r` reading the lake's rows below `lake_offset` and the log only from there."""
+    """`r` reading the lake's rows below `lake_offset` and the log only from there. When Fluss has
+    already expired rows past the lake's offset, the log still starts where it starts (the lake's rows
+    are all below it: nothing is read twice, and what expired untiered is gone from both)."""
     # The lake is taken before the end offsets, so it cannot be ahead of them; clamp anyway.
-    return replace(r, start=min(lake_offset, r.end), snapshot_id=None, lake_snapshot_id=lake.snapshot_id)
+    start = max(r.start, min(lake_offset, r.end))
+    return replace(r, start=start, snapshot_id=None, lake_snapshot_id=lake.snapshot_id)
 
 
 async def plan_log_ranges(
@@ -122,7 +125,8 @@ async def plan_log_ranges(
 ) -> list[BucketRange]:
     """Bounded ranges of a log (or changelog) read: startup offsets up to the end offsets.
 
-    With a `lake` (union reads), buckets the lake is ahead on read their start from the lake.
+    With a `lake` (union reads), buckets the lake has reached read the lake's rows first and the log
+    from the lake's offset (or from the log start, when Fluss has expired rows the lake holds).
     """
     partitions = await list_partitions(admin, table, conditions)
     names = {p.partition_id: p.name for p in partitions}
@@ -135,7 +139,8 @@ async def plan_log_ranges(
             continue
         r = BucketRange(key.partition_id, names.get(key.partition_id), key.bucket, starts[key], end)
         lake_offset = _lake_offset(lake, key)
-        ranges.append(with_lake(r, lake_offset, lake) if lake and lake_offset > r.start else r)
+        # the lake's rows wherever it has any: also those Fluss has expired since (table.log.ttl)
+        ranges.append(with_lake(r, lake_offset, lake) if lake and lake_offset > 0 else r)
     return ranges
 
 

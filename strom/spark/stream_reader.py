@@ -25,10 +25,11 @@ from pyspark.sql.types import StructType
 
 from strom.client.admin import Admin
 from strom.common.table_descriptor import TableInfo
-from strom.spark import bridge, planner
+from strom.spark import bridge, lake_source, planner
 from strom.spark.batch_reader import read_spec
+from strom.spark.lake_source import LakeCut
 from strom.spark.offsets import BucketKey, Position, StreamOffsets, admit
-from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode
+from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode, resolve_lake
 from strom.spark.scan import read_group
 from strom.spark.splits import BucketRange, SplitGroup, bin_pack
 
@@ -46,16 +47,24 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ offsets
 
-    async def _initial(self, admin: Admin) -> StreamOffsets:
+    async def _initial(self, admin: Admin, lake: LakeCut | None) -> StreamOffsets:
         partitions = await planner.list_partitions(admin, self.table)
         positions: dict[BucketKey, Position]
         if self.table.has_primary_key and self.options.startup_mode is StartupMode.FULL:
-            # The table's rows first (snapshot + changelog), then every later change.
+            # The table's rows first (lake rows or snapshot, + changelog), then every later change.
             ranges = await planner.plan_kv_ranges(
-                admin, self.table, ReadOptions(), (), bridge.supports_snapshots()
+                admin, self.table, ReadOptions(), (), bridge.supports_snapshots(), lake
             )
             positions = {
-                BucketKey(r.partition_id, r.bucket): Position(r.start, r.snapshot_id) for r in ranges
+                BucketKey(r.partition_id, r.bucket): Position(r.start, r.snapshot_id, r.lake_snapshot_id)
+                for r in ranges
+            }
+        elif lake is not None:
+            # Union read: what the lake holds (also what Fluss has expired), then Fluss from there on.
+            ranges = await planner.plan_log_ranges(admin, self.table, self.options, (), lake)
+            positions = {
+                BucketKey(r.partition_id, r.bucket): Position(r.start, lake_snapshot_id=r.lake_snapshot_id)
+                for r in ranges
             }
         else:
             found = await planner.start_offsets(admin, self.table, partitions, self.options)
@@ -78,7 +87,11 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planner.stream_offsets(self.table, partitions, positions)
 
     def initialOffset(self) -> dict:
-        return bridge.run_admin(self.connection, self._initial).to_json()
+        lake = None
+        if self.options.union_read and self.table.datalake_enabled:
+            # pinned before Fluss's offsets are taken, so the lake is never ahead of them
+            lake = lake_source.latest_cut(resolve_lake(self.options.lake, self.table), self.table)
+        return bridge.run_admin(self.connection, lambda admin: self._initial(admin, lake)).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_rows_per_trigger
@@ -116,6 +129,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     position.offset,
                     finish.positions[key].offset,
                     position.snapshot_id,
+                    position.lake_snapshot_id,
                 )
             )
         spec = read_spec(self.connection, self.table, self.options, self.schema, merge_by_key=False)

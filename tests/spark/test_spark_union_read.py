@@ -197,3 +197,76 @@ def test_union_read_options() -> None:
     assert resolve_lake(parsed.lake, described) == parsed.lake  # explicit options win
     with pytest.raises(SparkOptionError, match=r"scan\.union-read"):
         ReadOptions.parse({"scan.union-read": "true", "scan.startup.mode": "latest", **lake})
+
+
+def test_streaming_union_read_returns_what_fluss_already_expired(
+    spark: Any, cluster_factory: Any, tmp_path: Path
+) -> None:
+    config = lake_config(tmp_path / "lake", "iceberg")
+    cluster: Cluster = cluster_factory(
+        config={**config, "log.segment.file-size": "2kb", "log.retention.check-interval": "200ms"}
+    )
+    name = "expiring"
+    # long enough for a stream to start before rows written just before it expire
+    properties = {"table.datalake.enabled": "true", "table.datalake.freshness": "1s", "table.log.ttl": "15s"}
+
+    async def create(connection: Any) -> None:
+        await connection.get_admin().create_table(
+            fluss.TablePath("fluss", name),
+            fluss.TableDescriptor(fluss.Schema(LOG_SCHEMA), bucket_count=1, properties=properties),
+        )
+
+    run(cluster.bootstrap, create)
+    for start in range(0, 200, 20):  # small batches, so that closed segments can expire
+        append(cluster.bootstrap, name, events(range(start, start + 20)))
+
+    service = start_tiering(cluster, config, tmp_path / "tiering.log")
+    try:
+        info = bridge.table_info(connection_of(cluster, name))
+        deadline = time.monotonic() + 60
+        while True:
+            cut = latest_cut(tuple(config.items()), info)
+            if cut is not None and cut.bucket_offsets.get((None, 0)) == 200:
+                break
+            assert time.monotonic() < deadline, "tiering did not reach offset 200"
+            time.sleep(0.3)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
+
+    async def earliest(connection: Any) -> int:
+        offsets = await connection.get_admin().list_offsets(
+            fluss.TablePath("fluss", name), [0], fluss.OffsetSpec.earliest()
+        )
+        return int(offsets[0])
+
+    deadline = time.monotonic() + 60
+    while run(cluster.bootstrap, earliest) == 0:  # the TTL removes the oldest segments from Fluss
+        assert time.monotonic() < deadline, "retention never expired a segment"
+        time.sleep(0.5)
+
+    seen: list[Any] = []
+
+    def stream() -> list[int]:
+        seen.clear()
+        query = (
+            spark.readStream.format("fluss")
+            .option("bootstrap.servers", cluster.bootstrap)
+            .option("table", f"fluss.{name}")
+            .option("scan.startup.mode", "full")
+            .option("scan.union-read", "true")
+            .load()
+            .writeStream.foreachBatch(lambda df, _: seen.append(df.toArrow()))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+        return sorted(i for table in seen for i in table["id"].to_pylist())
+
+    # every tiered row once: those Fluss expired and those it still has come from the lake alone
+    assert stream() == list(range(200))
+    # the same query goes on in Fluss from the lake's offsets
+    append(cluster.bootstrap, name, events(range(200, 300)))
+    assert stream() == list(range(200, 300))
