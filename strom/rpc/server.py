@@ -219,7 +219,7 @@ class _Connection(asyncio.Protocol):
         self._hold(-len(self.buffer))
         self.buffer.clear()
         if self.frame is not None:
-            self._hold(-(REQUEST_HEADER.size + self.frame_filled))
+            self._hold(-(REQUEST_HEADER.size + len(self.frame)))
             self.frame = None
         self.transport = None
 
@@ -344,11 +344,14 @@ class _Connection(asyncio.Protocol):
         self._update_reading()
 
     def _start_frame(self, buffer: bytearray, pos: int, end: int, length: int) -> None:
-        """Receive the rest of the frame at `pos` into its own body buffer (its bytes stay held)."""
+        """Receive the rest of the frame at `pos` into its own body buffer. The whole buffer counts
+        against the memory budget from now on (not only the bytes received so far): a peer that
+        declares large frames and sends nothing more cannot make the server allocate past the budget."""
         _, key, version, request_id = REQUEST_HEADER.unpack_from(buffer, pos)
         start = pos + REQUEST_HEADER.size
         frame = bytearray(4 + length - REQUEST_HEADER.size)
         frame[: end - start] = memoryview(buffer)[start:end]
+        self._hold(len(frame) - (end - start))  # what was received is held already
         self.frame, self.frame_filled = frame, end - start
         self.frame_header = RequestHeader(key, version, request_id)
 
@@ -360,7 +363,6 @@ class _Connection(asyncio.Protocol):
         n = min(len(frame) - self.frame_filled, len(data))
         memoryview(frame)[self.frame_filled : self.frame_filled + n] = memoryview(data)[:n]
         self.frame_filled += n
-        self._hold(n)
         if self.frame_filled < len(frame):
             return b""
         header = self.frame_header

@@ -4,7 +4,7 @@ A server receives and sends record batches of megabytes. glibc serves allocation
 threshold (128 KiB at first, adapting up to 32 MiB) with fresh mmap'd pages and unmaps them when freed,
 so every large frame, protobuf field or file read pays for page faults and zeroing again — profiles of
 the produce and fetch paths showed most of their time in the first touch of such buffers. Keeping those
-allocations on the heap (and freed memory mapped, up to a bound) lets the next request reuse warm
+allocations on the heap (and up to 64 MiB of freed memory mapped) lets the next request reuse warm
 pages. Measured with bench/log_throughput.py; see docs/performance.md.
 """
 
@@ -23,7 +23,7 @@ _M_MMAP_THRESHOLD = -3
 # the largest mmap threshold glibc accepts on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 MMAP_THRESHOLD = 32 * 1024 * 1024
 # freed heap memory kept mapped before it is returned to the system
-TRIM_THRESHOLD = 256 * 1024 * 1024
+TRIM_THRESHOLD = 64 * 1024 * 1024
 
 
 def keep_large_allocations_on_the_heap() -> bool:
