@@ -15,6 +15,7 @@ from strom.common.errors import (
     LogStorageError,
     RecordTooLargeError,
 )
+from strom.record.log_batch import CRC_OFFSET
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, LogTablet
 from strom.server.tablet.log.segment import segment_file_name
@@ -154,12 +155,16 @@ def test_bad_batches_are_refused_and_change_nothing(tmp_path: Path) -> None:
     log.close()
 
 
-def test_writable_buffers_are_patched_in_place(tmp_path: Path) -> None:
+def test_leader_append_stores_patched_headers_and_leaves_the_input_alone(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     log.append_as_leader(make_batch())
     buf = bytearray(make_batch(b"z"))
+    original = bytes(buf)
     log.append_as_leader(memoryview(buf))
-    assert int.from_bytes(buf[0:8], "little") == 1
+    assert buf == original  # written from views with patched header copies, never patched in place
+    stored = log.read(1, 1 << 20).records
+    assert int.from_bytes(stored[0:8], "little") == 1
+    assert stored[CRC_OFFSET:] == original[CRC_OFFSET:]
     log.close()
 
 

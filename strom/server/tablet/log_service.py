@@ -118,10 +118,11 @@ class LogService:
                         f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
                         f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
                     )
-                appended = tablet.append_as_leader(entry.records, replica.batch_check())
+                records = entry.records  # each access copies the bytes out of the message
+                appended = tablet.append_as_leader(records, replica.batch_check())
                 if self.traffic is not None:
                     self.traffic.produced(
-                        replica.database, replica.table, len(entry.records), appended.record_count
+                        replica.database, replica.table, len(records), appended.record_count
                     )
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()

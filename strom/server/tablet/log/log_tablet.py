@@ -31,6 +31,7 @@ from strom.common.errors import (
 )
 from strom.record.batch_validation import BatchCheck
 from strom.record.log_batch import (
+    CRC_OFFSET,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     NO_WRITER_ID,
@@ -48,6 +49,7 @@ from strom.server.tablet.log.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     BatchPlacement,
+    Buffer,
     LogSegment,
     SegmentInfo,
     fsync_path,
@@ -281,7 +283,8 @@ class LogTablet:
 
         Every batch is checked (header, magic, size, CRC, then `check` on its contents, writer
         sequence) before anything is written.
-        A writable buffer is patched in place; bytes are copied once. A remembered retry of an
+        The records are not copied: each batch's first bytes (up to the CRC'd part) are copied and
+        patched, and written with the rest of the batch in one writev. A remembered retry of an
         idempotent batch writes nothing and returns the original placement with duplicate=True.
         """
         self._check_open()
@@ -301,21 +304,21 @@ class LogTablet:
                 duplicate=True,
             )
 
-        buf: bytearray | memoryview
-        if isinstance(records, bytearray) or (isinstance(records, memoryview) and not records.readonly):
-            buf = records
-        else:
-            buf = bytearray(records)
+        view = memoryview(records)
+        parts: list[bytes | bytearray | memoryview] = []
         timestamp = max(self._now_ms(), self._max_timestamp)  # commit timestamps never go backwards
         offset = leo
         record_count = 0
         placements: list[BatchPlacement] = []
         for pos, h in batches:
-            patch_offset_and_timestamp(buf, pos, offset, timestamp)
-            placements.append((pos, h.length + LOG_OVERHEAD, offset, timestamp))
+            size = h.length + LOG_OVERHEAD
+            head = bytearray(view[pos : pos + CRC_OFFSET])  # base offset, commit timestamp: not CRC'd
+            patch_offset_and_timestamp(head, 0, offset, timestamp)
+            parts += (head, view[pos + CRC_OFFSET : pos + size])
+            placements.append((pos, size, offset, timestamp))
             offset += h.last_offset_delta + 1
             record_count += h.record_count
-        self._append(buf, placements, leo, offset)
+        self._append(parts, placements, leo, offset)
         self._max_timestamp = timestamp
         for (_, h), (_, _, base, _) in zip(batches, placements, strict=True):
             if h.writer_id != NO_WRITER_ID:
@@ -403,12 +406,13 @@ class LogTablet:
 
     def _append(
         self,
-        data: bytes | bytearray | memoryview,
+        data: Buffer | list[Buffer],
         placements: list[BatchPlacement],
         first_offset: int,
         next_offset: int,
     ) -> None:
-        self._maybe_roll(len(data), first_offset, next_offset - 1)
+        size = len(data) if isinstance(data, bytes | bytearray | memoryview) else sum(len(p) for p in data)
+        self._maybe_roll(size, first_offset, next_offset - 1)
         self._segments[-1].append(data, placements, next_offset)
 
     def _after_append(self, next_offset: int) -> None:

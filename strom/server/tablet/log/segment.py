@@ -51,6 +51,8 @@ TIME_INDEX_SUFFIX = ".timeindex"
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the base as int32
 
 _LENGTH = struct.Struct("<i")
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers per writev
+Buffer = bytes | bytearray | memoryview
 _SCAN_CHUNK = 64 * 1024  # header walks read this much at a time while batches are small
 _RECOVER_CHUNK = 8 * 1024 * 1024  # recovery reads whole batches to check their CRC
 
@@ -164,16 +166,17 @@ class LogSegment:
         return self.offset_index.is_full or self.time_index.is_full
 
     def append(
-        self, data: bytes | bytearray | memoryview, batches: Sequence[BatchPlacement], next_offset: int
+        self, data: Buffer | Sequence[Buffer], batches: Sequence[BatchPlacement], next_offset: int
     ) -> None:
         """Append whole batches (already validated, offsets assigned) with one write.
 
-        `batches` describes each batch in `data`, in order; `next_offset` follows the last one. On a
-        failed write the file is cut back, so the segment is unchanged.
+        `data` is one buffer or several written in order (one writev); `batches` describes each batch
+        in it, in order; `next_offset` follows the last one. On a failed write the file is cut back,
+        so the segment is unchanged.
         """
         start = self.size
-        _write_fully(self._fd, data, start, self.path)
-        self.size = start + len(data)
+        parts = [data] if isinstance(data, bytes | bytearray | memoryview) else data
+        self.size = start + _write_fully(self._fd, parts, start, self.path)
         if start == 0 and batches:
             self.first_timestamp = batches[0][3]
         interval = self._config.index_interval_bytes
@@ -385,17 +388,23 @@ def _open_log_file(path: Path, *, truncate: bool) -> int:
         raise LogStorageError(f"cannot open log segment {path}: {e}") from e
 
 
-def _write_fully(fd: int, data: bytes | bytearray | memoryview, start: int, path: Path) -> None:
-    """os.write until everything is written; on failure cut the file back to `start`."""
-    view = memoryview(data).cast("B") if not isinstance(data, bytes) else data
+def _write_fully(fd: int, parts: Sequence[Buffer], start: int, path: Path) -> int:
+    """writev until every part is written; returns the bytes written. On failure cut the file back
+    to `start`."""
+    views = [memoryview(p).cast("B") for p in parts]
+    total = sum(len(v) for v in views)
     try:
-        written = os.write(fd, view)
-        while written < len(view):  # short writes are rare on regular files (signals, full disk)
-            n = os.write(fd, memoryview(view)[written:])
+        while views:
+            # short writes are rare on regular files (signals, full disk); IOV_MAX bounds one call
+            n = os.writev(fd, views[:_IOV_MAX])
             if n == 0:
                 raise OSError(errno.ENOSPC, "no progress writing the log")
-            written += n
+            while views and n >= len(views[0]):
+                n -= len(views.pop(0))
+            if n:
+                views[0] = views[0][n:]
     except OSError as e:
         with contextlib.suppress(OSError):
             os.ftruncate(fd, start)
-        raise LogStorageError(f"failed to append {len(view)} bytes to {path}: {e}") from e
+        raise LogStorageError(f"failed to append {total} bytes to {path}: {e}") from e
+    return total
