@@ -1,7 +1,9 @@
 """Log-table throughput: the official pyfluss client appending Arrow data into a Strom tablet server and
 reading it back from the earliest offset, against references taken in the same run: appending the same
 bytes to a file with fsync (best of 3), and one asyncio process streaming the same bytes to itself
-over loopback TCP. Prints MB/s for each and the ratio Strom / reference.
+over loopback TCP. Prints MB/s for each and the ratio Strom / reference, and the tablet server's CPU
+seconds per GB against the CPU the references themselves used (a ratio the load others put on a
+shared machine hardly moves).
 
     .venv/bin/python bench/log_throughput.py [--mb 200] [--buckets 2] [--runs 3] [--large] [--json]
 """
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import fluss
 import pyarrow as pa
-from common import Row, cluster, parser, report
+from common import Row, cluster, cpu_seconds, parser, report
 
 
 def make_batch(rows: int) -> pa.RecordBatch:
@@ -33,8 +35,10 @@ def make_batch(rows: int) -> pa.RecordBatch:
 
 
 async def strom_run(
-    bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int, name: str
-) -> tuple[float, float, int]:
+    bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int, name: str, server: int | None
+) -> tuple[float, float, int, float, float]:
+    """Wall seconds of the append and of the read, rows read back, and the CPU seconds the tablet
+    server (process `server`) spent on each."""
     connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
     admin = connection.get_admin()
     path = fluss.TablePath("fluss", name)
@@ -43,19 +47,23 @@ async def strom_run(
     await admin.create_table(path, fluss.TableDescriptor(schema, bucket_count=buckets, properties=properties))
     table = await connection.get_table(path)
     writer = table.new_append().create_writer()
+    cpu = cpu_seconds(server)
     start = time.perf_counter()
     for _ in range(count):
         writer.write_arrow_batch(batch)
     await writer.flush()
     write_seconds = time.perf_counter() - start
+    write_cpu = cpu_seconds(server) - cpu
 
     scanner = await table.new_scan().create_record_batch_log_scanner()
     scanner.subscribe_buckets({b: fluss.EARLIEST_OFFSET for b in range(buckets)})
+    cpu = cpu_seconds(server)
     start = time.perf_counter()
     result = await scanner.to_arrow()
     read_seconds = time.perf_counter() - start
+    read_cpu = cpu_seconds(server) - cpu
     await connection.close()
-    return write_seconds, read_seconds, result.num_rows
+    return write_seconds, read_seconds, result.num_rows, write_cpu, read_cpu
 
 
 def file_write_reference(directory: Path, payload: bytes, count: int) -> float:
@@ -111,18 +119,26 @@ def main() -> None:
     megabytes_wanted = args.mb * (5 if args.large else 1)
     count = max(1, megabytes_wanted * 1024 * 1024 // len(payload))
     megabytes = count * len(payload) / 1e6
-    writes, reads = [], []
+    writes, reads, write_cpus, read_cpus = [], [], [], []
     with cluster() as running:
+        server = running.tablet_servers[0].pid
         for run in range(args.runs):
-            write_s, read_s, rows = asyncio.run(
-                strom_run(running.bootstrap, batch, count, args.buckets, f"bench{run}")
+            write_s, read_s, rows, write_cpu, read_cpu = asyncio.run(
+                strom_run(running.bootstrap, batch, count, args.buckets, f"bench{run}", server)
             )
             assert rows == count * batch.num_rows, f"read back {rows} rows, wrote {count * batch.num_rows}"
             writes.append(write_s)
             reads.append(read_s)
+            write_cpus.append(write_cpu)
+            read_cpus.append(read_cpu)
+    cpu = cpu_seconds()
     with tempfile.TemporaryDirectory() as tmp:
         file_s = min(file_write_reference(Path(tmp), payload, count) for _ in range(3))
+    file_cpu = (cpu_seconds() - cpu) / 3
+    cpu = cpu_seconds()
     stream_s = statistics.median(asyncio.run(loopback_stream_reference(payload, count)) for _ in range(3))
+    stream_cpu = (cpu_seconds() - cpu) / 3
+    gigabytes = megabytes / 1000
     report(
         [
             Row(
@@ -140,6 +156,22 @@ def main() -> None:
                 "MB/s",
                 "asyncio loopback stream",
                 target=">= 0.5",
+            ),
+            Row(
+                "append: tablet server CPU s per GB",
+                statistics.median(write_cpus) / gigabytes,
+                file_cpu / gigabytes,
+                "s/GB",
+                "file write+fsync, CPU",
+                higher_is_better=False,
+            ),
+            Row(
+                "read: tablet server CPU s per GB",
+                statistics.median(read_cpus) / gigabytes,
+                stream_cpu / gigabytes,
+                "s/GB",
+                "loopback stream, both ends' CPU",
+                higher_is_better=False,
             ),
         ],
         args.json,

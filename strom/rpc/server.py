@@ -44,6 +44,7 @@ class RequestContext:
     api_version: int
     peer: str
     session: Session
+    body: bytes = b""  # the encoded request, for handlers that take views of its large fields
 
 
 @dataclass(slots=True)
@@ -425,7 +426,7 @@ class _Connection(asyncio.Protocol):
             guard = server.guard
             if guard is not None:
                 guard.check(spec.key, request, session.listener, session.principal, session.host)
-            response = await handler(request, RequestContext(header.api_version, session.peer, session))
+            response = await handler(request, RequestContext(header.api_version, session.peer, session, body))
             if guard is not None:
                 guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
             if isinstance(response, EncodedResponse):

@@ -1,0 +1,49 @@
+"""Views of length-delimited fields inside an encoded protobuf message, without copying them.
+
+Protobuf's Python objects copy a `bytes` field each time it is read. The produce path wants the
+records of a request as views of the request body it received, so it walks the (already parsed, so
+well-formed) message for them here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def length_delimited(message: memoryview, field_number: int) -> Iterator[memoryview]:
+    """Every occurrence of length-delimited field `field_number` at the top level of `message`, in
+    order, as views of `message`."""
+    pos, end = 0, len(message)
+    while pos < end:
+        key, pos = _varint(message, pos)
+        wire_type = key & 7
+        if wire_type == _VARINT:
+            _, pos = _varint(message, pos)
+        elif wire_type == _I64:
+            pos += 8
+        elif wire_type == _I32:
+            pos += 4
+        elif wire_type == _LEN:
+            size, pos = _varint(message, pos)
+            if key >> 3 == field_number:
+                yield message[pos : pos + size]
+            pos += size
+        else:
+            raise ValueError(f"unexpected wire type {wire_type}")
+        if pos > end:
+            raise ValueError("field runs past the end of the message")
