@@ -44,7 +44,7 @@ class RequestContext:
     api_version: int
     peer: str
     session: Session
-    body: bytes = b""  # the encoded request, for handlers that take views of its large fields
+    body: bytes | bytearray = b""  # the encoded request, for handlers that take views of its large fields
 
 
 @dataclass(slots=True)

@@ -387,7 +387,7 @@ class LogService:
         return response
 
 
-def _records_views(body: bytes, buckets: int) -> list[memoryview] | None:
+def _records_views(body: bytes | bytearray, buckets: int) -> list[memoryview] | None:
     """Each bucket's records (ProduceLogRequest field 4, its field 3; the last one wins, as in
     protobuf) as views of the request body; None when the body is not at hand."""
     if not body:
