@@ -236,6 +236,7 @@ def validate_table_descriptor(
     _check_log_format(conf, has_pk)
     _check_arrow_compression(conf)
     _check_merge_engine(conf, has_pk, schema)
+    _check_auto_increment(conf, schema)
     _check_delete_behavior(conf, has_pk)
     _check_tiered_log(conf)
     _check_historical_partition(descriptor, conf)
@@ -353,6 +354,16 @@ def _check_merge_engine(conf: Configuration, has_pk: bool, schema: Schema) -> No
                 f"recovery. Please set '{cfg.TABLE_CHANGELOG_IMAGE.key}' to 'FULL' or remove the setting."
             )
         _check_agg_functions(schema)
+
+
+def _check_auto_increment(conf: Configuration, schema: Schema) -> None:
+    columns = schema.auto_increment_columns
+    if len(columns) > 1:
+        raise InvalidTableError(
+            f"Only support one auto increment column for a table, but got {len(columns)}: {columns}."
+        )
+    if _option(conf, cfg.TABLE_AUTO_INCREMENT_CACHE_SIZE) <= 0:
+        raise InvalidConfigError(f"'{cfg.TABLE_AUTO_INCREMENT_CACHE_SIZE.key}' must be greater than 0.")
 
 
 def _check_agg_functions(schema: Schema) -> None:
