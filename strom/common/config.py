@@ -996,8 +996,8 @@ TABLE_AUTO_INCREMENT_CACHE_SIZE: ConfigOption[int] = ConfigOption(
     "table.auto-increment.cache-size",
     int,
     100_000,
-    "Auto-increment ids a bucket leader reserves from the table sequence at a time (larger: fewer requests to "
-    "the coordinator, larger gaps after restarts).",
+    "Auto-increment ids a bucket leader reserves from the table sequence at a time (larger: fewer "
+    "requests to the coordinator, larger gaps after restarts).",
 )
 TABLE_CHANGELOG_IMAGE: ConfigOption[ChangelogImage] = ConfigOption(
     "table.changelog.image",
