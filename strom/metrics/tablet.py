@@ -87,7 +87,9 @@ class TabletMetrics:
         )
         sizes = per_table(lambda tablet: tablet.size_in_bytes)
         segments = per_table(lambda tablet: tablet.segment_count)
-        m.state_gauge("table", "logSize", "Bytes of local log segments, per table.", TABLE_LABELS, sizes)
+        m.state_gauge(
+            "table", "logSize", "Bytes of local log segments, per table.", TABLE_LABELS, sizes
+        )
         m.state_gauge("table", "numSegments", "Local log segments, per table.", TABLE_LABELS, segments)
         m.state_gauge(
             "",
