@@ -23,7 +23,7 @@ from strom.common.errors import (
     UnsupportedVersionError,
 )
 from strom.common.table_bucket import TableBucket
-from strom.record.kv_batch import kv_record_count
+from strom.record.kv_batch import KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
@@ -172,7 +172,11 @@ class KvService:
             return
         if self.allocate_ids is None:
             raise UnknownServerError("this tablet server cannot allocate auto-increment ids")
-        await kv.auto_increment.reserve(kv_record_count(records), self.allocate_ids)
+        # The header's record count is the client's word: count the records of a batch that checks out
+        # (prepare_put refuses any other, before it draws an id).
+        batch = KvRecordBatch.parse(records)
+        if batch.crc_is_valid():
+            await kv.auto_increment.reserve(len(batch.records), self.allocate_ids)
 
     def _commit(self, replica: Replica) -> None:
         """Advance the high watermark as far as the ISR allows, and bring RocksDB up to it."""
