@@ -38,6 +38,7 @@ from strom.spark.options import (
     STARTUP_MODE,
     TABLE,
     TIMESTAMP_COLUMN,
+    UNION_READ,
     SparkOptionError,
     StartupMode,
 )
@@ -83,6 +84,7 @@ class VirtualTable(enum.StrEnum):
         base[key] = table
         base[INCLUDE_CHANGE_TYPE] = "true"
         base[INCLUDE_METADATA] = "true"
+        base.pop(UNION_READ, None)  # virtual tables read the Fluss log only
         mode = str(options.get(STARTUP_MODE) or StartupMode.FULL.value).strip().lower()
         if mode == StartupMode.FULL.value:
             base[STARTUP_MODE] = StartupMode.EARLIEST.value
