@@ -24,7 +24,12 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
@@ -64,11 +69,11 @@ class VirtualTable(enum.StrEnum):
     BINLOG = "binlog"
 
     @classmethod
-    def split(cls, options: Mapping[str, str]) -> tuple[VirtualTable | None, dict[str, str]]:
+    def split(cls, options: Mapping[str, str]) -> tuple[VirtualTable | None, Mapping[str, str]]:
         """The virtual table a `table`/`path` option names (``db.t$changelog``), and the options that
         read its base table: the name without the suffix, change types and metadata on, and
         ``full`` startup read from the earliest log offset."""
-        base = dict(options)
+        base = CaseInsensitiveDict(options)  # Spark's option names are case-insensitive
         key = TABLE if options.get(TABLE) else PATH
         name = str(options.get(key) or "")
         if "$" not in name:
