@@ -977,7 +977,7 @@ TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
     None,
     "How an upsert combines with the stored row of a primary-key table: unset keeps the last row; "
     "FIRST_ROW keeps the first; VERSIONED keeps the row with the highest version column; AGGREGATION "
-    "aggregates per column.",
+    "aggregates each column by its function (`fields.<column>.agg`, docs/merge-engines.md).",
 )
 TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str] = ConfigOption(
     "table.merge-engine.versioned.ver-column",
@@ -996,7 +996,8 @@ TABLE_AUTO_INCREMENT_CACHE_SIZE: ConfigOption[int] = ConfigOption(
     "table.auto-increment.cache-size",
     int,
     100_000,
-    "Auto-increment ids a tablet server reserves at a time.",
+    "Auto-increment ids a bucket leader reserves from the table sequence at a time (larger: fewer "
+    "requests to the coordinator, larger gaps after restarts).",
 )
 TABLE_CHANGELOG_IMAGE: ConfigOption[ChangelogImage] = ConfigOption(
     "table.changelog.image",

@@ -77,6 +77,8 @@ class ApiKey(enum.IntEnum):
     # Strom-only: what `strom status` shows (Fluss keeps it in ZooKeeper or in memory).
     DESCRIBE_CLUSTER = 9004
     DESCRIBE_REPLICAS = 9005
+    # Strom-only: auto-increment id ranges (Fluss's tablet servers use a ZooKeeper counter).
+    ALLOCATE_AUTO_INCREMENT_IDS = 9010
 
 
 # Version ranges that differ from 0..0 (Fluss `ApiKeys`; the Rust client has the same ranges).
@@ -98,6 +100,7 @@ _INTERNAL_KEYS = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.DESCRIBE_REPLICAS,
+    ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
 }
 
 

@@ -46,6 +46,7 @@ INTERNAL_APIS = frozenset(
         ApiKey.REGISTER_TABLET_SERVER,
         ApiKey.TABLET_SERVER_HEARTBEAT,
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
     }
 )
 

@@ -33,6 +33,7 @@ from strom.spark.options import (
 )
 from strom.spark.splits import BucketRange
 from strom.spark.types import spark_schema
+from strom.spark.virtual_tables import VirtualBatchReader, VirtualStreamReader, VirtualTable
 
 
 def extra_fields(options: ReadOptions) -> list[StructField]:
@@ -62,6 +63,8 @@ def check_read_schema(table: TableInfo, options: ReadOptions, schema: StructType
 class FlussDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
+        # `db.t$changelog` / `db.t$binlog`: read the base table with the options that virtual table needs
+        self._virtual, self._base_options = VirtualTable.split(options)
         self._table: TableInfo | None = None
         # A batch read's plan, taken with the schema so that every query of the DataFrame reads the
         # same cut of the table (None: plan when the read is planned).
@@ -73,7 +76,7 @@ class FlussDataSource(DataSource):
 
     @property
     def connection(self) -> ConnectionOptions:
-        return ConnectionOptions.parse(self.options)
+        return ConnectionOptions.parse(self._base_options)
 
     def table_info(self) -> TableInfo:
         if self._table is None:
@@ -83,18 +86,27 @@ class FlussDataSource(DataSource):
     def schema(self) -> StructType:
         from strom.spark.batch_reader import plan_ranges
 
-        read, table = ReadOptions.parse(self.options), self.table_info()
+        read, table = ReadOptions.parse(self._base_options), self.table_info()
+        if self._virtual is not None:
+            self._virtual.check(table)
         try:
             self._pinned = plan_ranges(self.connection, table, read)
         except Exception:
             # Streams need no batch plan, and a batch read plans again and reports the error.
             self._pinned = None
+        if self._virtual is not None:
+            return self._virtual.schema(table)
         return spark_schema(table.schema, extra=extra_fields(read))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from strom.spark.batch_reader import FlussBatchReader, FlussPushdownReader
 
-        read, table = ReadOptions.parse(self.options), self.table_info()
+        read, table = ReadOptions.parse(self._base_options), self.table_info()
+        if self._virtual is not None:
+            base = FlussBatchReader(
+                self.connection, table, read, self._base_schema(table, read), self._pinned
+            )
+            return VirtualBatchReader(base, self._virtual, table.schema.column_names, schema)
         check_read_schema(table, read, schema)
         kind = FlussPushdownReader if read.filter_pushdown else FlussBatchReader
         return kind(self.connection, table, read, schema, self._pinned)
@@ -102,7 +114,11 @@ class FlussDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from strom.spark.stream_reader import FlussStreamReader
 
-        read, table = ReadOptions.parse(self.options), self.table_info()
+        read, table = ReadOptions.parse(self._base_options), self.table_info()
+        if self._virtual is not None:
+            self._virtual.check(table)
+            base = FlussStreamReader(self.connection, table, read, self._base_schema(table, read))
+            return VirtualStreamReader(base, self._virtual, table.schema.column_names, schema)
         check_read_schema(table, read, schema)
         if table.has_primary_key and not read.include_change_type:
             raise SparkOptionError(
@@ -112,9 +128,19 @@ class FlussDataSource(DataSource):
             )
         return FlussStreamReader(self.connection, table, read, schema)
 
+    @staticmethod
+    def _base_schema(table: TableInfo, read: ReadOptions) -> StructType:
+        """A virtual table's base table as read: every column, the change type and the metadata."""
+        return spark_schema(table.schema, extra=extra_fields(read))
+
+    def _check_writable(self) -> None:
+        if self._virtual is not None:
+            raise SparkOptionError(f"'${self._virtual.value}' virtual tables are read-only.")
+
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from strom.spark.writer import FlussArrowWriter
 
+        self._check_writable()
         return FlussArrowWriter(
             self.connection, self.table_info(), WriteOptions.parse(self.options), schema, overwrite
         )
@@ -122,6 +148,7 @@ class FlussDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from strom.spark.writer import FlussStreamArrowWriter
 
+        self._check_writable()
         return FlussStreamArrowWriter(
             self.connection, self.table_info(), WriteOptions.parse(self.options), schema, overwrite
         )

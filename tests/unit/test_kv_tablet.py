@@ -265,12 +265,6 @@ def test_delete_behavior_disable(tmp_path: Path) -> None:
     assert t.rows() == [(1, "a", 1.0)]
 
 
-def test_aggregation_engine_refused(tmp_path: Path) -> None:
-    t = table(tmp_path, {"table.merge-engine": "aggregation"})
-    with pytest.raises(InvalidTableError, match="aggregation"):
-        t.put([(1, "a", 1.0)])
-
-
 # ---- idempotence and empty changelogs
 
 

@@ -70,6 +70,7 @@ class _Query:
     deadline: float
     attempts: int = 0
     enqueued: float = 0.0
+    insert: bool = False  # Lookup's insert_if_not_exists
 
 
 @dataclass(slots=True)
@@ -77,6 +78,7 @@ class _Queue:
     node_id: int
     table_id: int
     prefix: bool
+    insert: bool = False
     queries: deque[_Query] = field(default_factory=deque)
     in_flight: int = 0
 
@@ -92,7 +94,7 @@ class LookupClient:
         self.max_retries = config.lookup_max_retries
         self.timeout = config.request_timeout.total_seconds()
         self._loop = asyncio.get_running_loop()
-        self._queues: dict[tuple[int, int, bool], _Queue] = {}
+        self._queues: dict[tuple[int, int, bool, bool], _Queue] = {}
         self._in_flight = 0
         self._dispatch_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
@@ -103,9 +105,12 @@ class LookupClient:
 
     # ------------------------------------------------------------------ entry points
 
-    def lookup(self, path: TablePath, bucket: TableBucket, key: bytes) -> asyncio.Future[bytes | None]:
-        """The stored value (schema id + row) of `key` in `bucket`, or None when there is none."""
-        return self._submit_new(path, bucket, key, prefix=False)
+    def lookup(
+        self, path: TablePath, bucket: TableBucket, key: bytes, *, insert: bool = False
+    ) -> asyncio.Future[bytes | None]:
+        """The stored value (schema id + row) of `key` in `bucket`, or None when there is none; with
+        `insert` a missing key is inserted (auto-increment column filled) and its new row returned."""
+        return self._submit_new(path, bucket, key, prefix=False, insert=insert)
 
     def prefix_lookup(
         self, path: TablePath, bucket: TableBucket, prefix: bytes
@@ -114,13 +119,20 @@ class LookupClient:
         return self._submit_new(path, bucket, prefix, prefix=True)
 
     def lookup_many(
-        self, path: TablePath, keys: Sequence[tuple[TableBucket, bytes]], *, prefix: bool = False
+        self,
+        path: TablePath,
+        keys: Sequence[tuple[TableBucket, bytes]],
+        *,
+        prefix: bool = False,
+        insert: bool = False,
     ) -> list[asyncio.Future[Any]]:
         """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key)."""
         if self.closed:
             raise FlussError("The connection is closed.")
         deadline = self._loop.time() + self.timeout
-        queries = [_Query(path, b, k, prefix, self._loop.create_future(), deadline) for b, k in keys]
+        queries = [
+            _Query(path, b, k, prefix, self._loop.create_future(), deadline, insert=insert) for b, k in keys
+        ]
         by_bucket: dict[TableBucket, list[_Query]] = {}
         for query in queries:
             group = by_bucket.get(query.bucket)
@@ -133,12 +145,13 @@ class LookupClient:
         return [q.future for q in queries]
 
     def _submit_new(
-        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool
+        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool = False
     ) -> asyncio.Future[Any]:
         if self.closed:
             raise FlussError("The connection is closed.")
         future: asyncio.Future[Any] = self._loop.create_future()
-        self._submit(_Query(path, bucket, key, prefix, future, self._loop.time() + self.timeout))
+        deadline = self._loop.time() + self.timeout
+        self._submit(_Query(path, bucket, key, prefix, future, deadline, insert=insert))
         return future
 
     # ------------------------------------------------------------------ queueing
@@ -161,10 +174,10 @@ class LookupClient:
             else:
                 waiting.extend(queries)
             return
-        key = (leader.id, first.bucket.table_id, first.prefix)
+        key = (leader.id, first.bucket.table_id, first.prefix, first.insert)
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue(leader.id, first.bucket.table_id, first.prefix)
+            queue = self._queues[key] = _Queue(leader.id, first.bucket.table_id, first.prefix, first.insert)
         now = self._loop.time()
         for query in queries:
             query.enqueued = now
@@ -271,6 +284,11 @@ class LookupClient:
             api = ApiKey.PREFIX_LOOKUP
         else:
             request = pb.LookupRequest(table_id=queue.table_id)
+            if queue.insert:
+                # as Fluss's client: the inserts are acknowledged by all in-sync replicas
+                request.insert_if_not_exists = True
+                request.acks = -1
+                request.timeout_ms = int(self.timeout * 1000)
             api = ApiKey.LOOKUP
         for bucket, queries in by_bucket.items():
             entry = request.buckets_req.add(bucket_id=bucket.bucket)

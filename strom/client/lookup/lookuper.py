@@ -42,19 +42,25 @@ KeyLike = Mapping[str, Any] | Sequence[Any]
 class TableLookup:
     """``table.new_lookup()``: primary-key lookups, or prefix lookups with `lookup_by`."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, insert_if_not_exists: bool = False) -> None:
         if not table.has_primary_key:
             raise NonPrimaryKeyTableError(
                 f"Table '{table.path}' has no primary key; lookups are for primary-key tables."
             )
         self.table = table
+        self.insert_if_not_exists = insert_if_not_exists
+
+    def enable_insert_if_not_exists(self) -> TableLookup:
+        """Lookups that insert a missing key (other columns null, an auto-increment column filled) and
+        return the new row — Fluss's dictionary-table pair with auto-increment columns."""
+        return TableLookup(self.table, insert_if_not_exists=True)
 
     def lookup_by(self, columns: Sequence[str]) -> TablePrefixLookup:
         """Prefix lookups by the partition keys (if any) followed by the bucket keys."""
         return TablePrefixLookup(self.table, tuple(columns))
 
     def create_lookuper(self) -> Lookuper:
-        return Lookuper(self.table)
+        return Lookuper(self.table, self.insert_if_not_exists)
 
 
 class TablePrefixLookup:
@@ -149,8 +155,9 @@ async def _wait_all(futures: Sequence[asyncio.Future[Any] | None]) -> None:
 class Lookuper(_KeyedLookup):
     """Lookups by primary key (a dict by column name or a tuple in primary-key order)."""
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, insert_if_not_exists: bool = False) -> None:
         super().__init__(table, table.info.primary_key)
+        self.insert_if_not_exists = insert_if_not_exists
 
     async def lookup(self, key: KeyLike) -> dict[str, Any] | None:
         """The row with this primary key, or None."""
@@ -160,7 +167,9 @@ class Lookuper(_KeyedLookup):
             # one key of an unpartitioned table: straight to the batching client, no list plumbing
             encoded = routing.encode_key(row)
             bucket = self._bucket(None, routing.bucket_of(row, encoded))
-            value = await self._client.lookup(self.table.path, bucket, encoded)
+            value = await self._client.lookup(
+                self.table.path, bucket, encoded, insert=self.insert_if_not_exists
+            )
         else:
             value = (await self._values([row]))[0]
         if value is None:
@@ -212,7 +221,8 @@ class Lookuper(_KeyedLookup):
                 table_bucket = table_buckets[(partition_id, bucket)] = self._bucket(partition_id, bucket)
             wanted.append((table_bucket, key))
             positions.append(i)
-        futures = self._client.lookup_many(self.table.path, wanted) if wanted else []
+        insert = self.insert_if_not_exists
+        futures = self._client.lookup_many(self.table.path, wanted, insert=insert) if wanted else []
         await _wait_all(futures)
         values: list[bytes | None] = [None] * len(rows)
         for i, future in zip(positions, futures, strict=True):

@@ -261,3 +261,19 @@ class StatusFollower(_message.Message):
     server_id: int
     log_end_offset: int
     def __init__(self, server_id: _Optional[int] = ..., log_end_offset: _Optional[int] = ...) -> None: ...
+
+class AllocateAutoIncrementIdsRequest(_message.Message):
+    __slots__ = ("table_id", "column_id", "count")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    COLUMN_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    column_id: int
+    count: int
+    def __init__(self, table_id: _Optional[int] = ..., column_id: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class AllocateAutoIncrementIdsResponse(_message.Message):
+    __slots__ = ("start",)
+    START_FIELD_NUMBER: _ClassVar[int]
+    start: int
+    def __init__(self, start: _Optional[int] = ...) -> None: ...

@@ -26,6 +26,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer
 from strom.server.coordinator.acl_service import AclService
+from strom.server.coordinator.auto_increment_service import AutoIncrementService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
@@ -83,6 +84,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.CANCEL_REBALANCE: lambda c: c.rebalance.cancel,
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
+    ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
 }
 
 # Requests that need the tablet servers: after a (re)start they wait until every bucket has a live
@@ -122,6 +124,7 @@ class ActiveCoordinator:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots = KvSnapshotService(store, self.config)
         self.remote_logs = RemoteLogService(store)
+        self.auto_increment = AutoIncrementService(store)
         self.acls = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
         self.rebalance = RebalanceManager(store, self.membership, self.controller)
@@ -247,6 +250,7 @@ class ActiveCoordinator:
         self.lake.on_table_dropped(table_id)
         self.kv_snapshots.drop_table(table_id)
         self.remote_logs.drop_table(table_id)
+        self.auto_increment.drop_table(table_id)
 
     async def _create_lake_table(self, info: TableInfo) -> None:
         """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""

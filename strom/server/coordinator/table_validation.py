@@ -10,10 +10,17 @@ bad keys, types or bucket counts → InvalidTableError (15) / TooManyBucketsErro
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from strom.common import config as cfg
+from strom.common.aggregation import (
+    UNSUPPORTED_AGG_FUNCTIONS,
+    AggFunction,
+    fold_agg_options,
+    is_agg_option,
+)
 from strom.common.config import (
     AutoPartitionTimeUnit,
     ChangelogImage,
@@ -150,6 +157,8 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
         and not table_conf.contains(cfg.TABLE_DELETE_BEHAVIOR)
     ):
         props[cfg.TABLE_DELETE_BEHAVIOR.key] = DeleteBehavior.IGNORE.value
+    if merge_engine is MergeEngineType.AGGREGATION:
+        result = _fold_aggregation_options(result, props)
 
     if result.has_primary_key:
         version = _option(Configuration(props), cfg.TABLE_KV_FORMAT_VERSION)
@@ -161,6 +170,22 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
                 f"{cfg.CURRENT_KV_FORMAT_VERSION}."
             )
     return result.with_properties(props)
+
+
+def _fold_aggregation_options(descriptor: TableDescriptor, props: dict[str, str]) -> TableDescriptor:
+    """Move ``fields.<col>.agg`` options (given as properties or custom properties) into the schema.
+
+    The options stay in the custom properties, where Fluss keeps connector options, so the table
+    shows them back; `props` loses them so that only ``table.*`` options remain.
+    """
+    custom = dict(descriptor.custom_properties)
+    for key in [k for k in props if is_agg_option(k)]:
+        custom[key] = props.pop(key)
+    try:
+        schema = fold_agg_options(descriptor.schema, custom)
+    except ValueError as e:
+        raise InvalidConfigError(str(e)) from e
+    return replace(descriptor, schema=schema, custom_properties=custom)
 
 
 def _server_int(server_config: Configuration, option: cfg.ConfigOption[int]) -> int:
@@ -211,6 +236,7 @@ def validate_table_descriptor(
     _check_log_format(conf, has_pk)
     _check_arrow_compression(conf)
     _check_merge_engine(conf, has_pk, schema)
+    _check_auto_increment(conf, schema)
     _check_delete_behavior(conf, has_pk)
     _check_tiered_log(conf)
     _check_historical_partition(descriptor, conf)
@@ -320,14 +346,41 @@ def _check_merge_engine(conf: Configuration, has_pk: bool, schema: Schema) -> No
                 f"The version column '{version_column}' for versioned merge engine must be one type of "
                 f"[INT, BIGINT, TIMESTAMP, TIMESTAMP_LTZ], but got {column_type}."
             )
-    elif merge_engine is MergeEngineType.AGGREGATION and _option(conf, cfg.TABLE_CHANGELOG_IMAGE) is (
-        ChangelogImage.WAL
-    ):
-        raise InvalidConfigError(
-            "Table with 'AGGREGATION' merge engine does not support 'WAL' changelog image mode. Aggregation "
-            "merge engine tables require FULL changelog image mode for correct UNDO recovery. Please set "
-            f"'{cfg.TABLE_CHANGELOG_IMAGE.key}' to 'FULL' or remove the setting."
+    elif merge_engine is MergeEngineType.AGGREGATION:
+        if _option(conf, cfg.TABLE_CHANGELOG_IMAGE) is ChangelogImage.WAL:
+            raise InvalidConfigError(
+                "Table with 'AGGREGATION' merge engine does not support 'WAL' changelog image mode. "
+                "Aggregation merge engine tables require FULL changelog image mode for correct UNDO "
+                f"recovery. Please set '{cfg.TABLE_CHANGELOG_IMAGE.key}' to 'FULL' or remove the setting."
+            )
+        _check_agg_functions(schema)
+
+
+def _check_auto_increment(conf: Configuration, schema: Schema) -> None:
+    columns = schema.auto_increment_columns
+    if len(columns) > 1:
+        raise InvalidTableError(
+            f"Only support one auto increment column for a table, but got {len(columns)}: {columns}."
         )
+    if _option(conf, cfg.TABLE_AUTO_INCREMENT_CACHE_SIZE) <= 0:
+        raise InvalidConfigError(f"'{cfg.TABLE_AUTO_INCREMENT_CACHE_SIZE.key}' must be greater than 0.")
+
+
+def _check_agg_functions(schema: Schema) -> None:
+    pk = set(schema.primary_key or ())
+    for column in schema.columns:
+        if column.name in pk or column.agg_function is None:
+            continue
+        try:
+            function = AggFunction.from_json(column.name, column.agg_function)
+            function.check(column.name, column.data_type)
+        except ValueError as e:
+            raise InvalidConfigError(str(e)) from e
+        if function.type in UNSUPPORTED_AGG_FUNCTIONS:
+            raise InvalidConfigError(
+                f"Invalid aggregation function for column '{column.name}': Strom does not support the "
+                f"'{function.type}' aggregation function yet."
+            )
 
 
 def _check_delete_behavior(conf: Configuration, has_pk: bool) -> None:

@@ -23,12 +23,15 @@ from strom.common.errors import (
     UnsupportedVersionError,
 )
 from strom.common.table_bucket import TableBucket
-from strom.record.kv_batch import kv_record_count
+from strom.record.kv_batch import KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
+from strom.server.tablet.kv.auto_increment import AllocateIds
+from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
+from strom.server.tablet.log.log_tablet import AppendResult
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -59,8 +62,11 @@ class KvService:
         kv: KvManager,
         log_service: LogService | None = None,
         min_in_sync_replicas: int = 1,
+        allocate_ids: AllocateIds | None = None,
     ) -> None:
         self.replicas = replicas
+        # where auto-increment id ranges come from (the coordinator)
+        self.allocate_ids = allocate_ids
         self.min_in_sync_replicas = min_in_sync_replicas
         self.kv = kv
         # LimitScan on log tables is the log service's
@@ -113,13 +119,7 @@ class KvService:
                         f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
                         f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
                     )
-                async with self.kv.lock(bucket):
-                    # No await inside: the merge, the append and the staging see one state.
-                    # A leader alone in the ISR commits on append: its writes go to RocksDB at once.
-                    alone = set(replica.isr) <= {self.replicas.server_id}
-                    appended = kv.put_as_leader(entry.records, target_columns, commit=alone)
-                    replica.notify_appended()
-                    self._commit(replica)
+                appended = await self._append(replica, kv, entry.records, target_columns)
                 traffic = self.log_service.traffic if self.log_service is not None else None
                 if traffic is not None:
                     records = kv_record_count(entry.records)
@@ -152,6 +152,32 @@ class KvService:
                     )
         return response
 
+    async def _append(
+        self, replica: Replica, kv: KvTablet, records: bytes, target_columns: list[int] | None
+    ) -> AppendResult:
+        """Merge one bucket's KvRecordBatch and append its changelog (committed at once when alone)."""
+        async with self.kv.lock(replica.bucket):
+            await self._reserve_auto_increment_ids(kv, records)
+            # No await from here: the merge, the append and the staging see one state.
+            # A leader alone in the ISR commits on append: its writes go to RocksDB at once.
+            alone = set(replica.isr) <= {self.replicas.server_id}
+            appended = kv.put_as_leader(records, target_columns, commit=alone)
+            replica.notify_appended()
+            self._commit(replica)
+        return appended
+
+    async def _reserve_auto_increment_ids(self, kv: KvTablet, records: bytes) -> None:
+        """Cache enough auto-increment ids for every record of the batch to create a key."""
+        if kv.auto_increment is None:
+            return
+        if self.allocate_ids is None:
+            raise UnknownServerError("this tablet server cannot allocate auto-increment ids")
+        # The header's record count is the client's word: count the records of a batch that checks out
+        # (prepare_put refuses any other, before it draws an id).
+        batch = KvRecordBatch.parse(records)
+        if batch.crc_is_valid():
+            await kv.auto_increment.reserve(len(batch.records), self.allocate_ids)
+
     def _commit(self, replica: Replica) -> None:
         """Advance the high watermark as far as the ISR allows, and bring RocksDB up to it."""
         replica.maybe_advance_high_watermark()
@@ -175,12 +201,10 @@ class KvService:
             if entry.HasField("original_partition_name"):
                 result.original_partition_name = entry.original_partition_name
             try:
-                if request.insert_if_not_exists:
-                    raise UnsupportedVersionError(
-                        "Lookup with insert_if_not_exists is not supported by Strom"
-                    )
-                _, kv = await self._leader_kv(bucket, ctx.api_version)
+                replica, kv = await self._leader_kv(bucket, ctx.api_version)
                 values = kv.multi_get(list(entry.keys))
+                if request.insert_if_not_exists and None in values:
+                    values = await self._insert_missing(replica, kv, list(entry.keys), values, request)
                 add = result.values.add
                 for value in values:
                     if value is None:
@@ -194,6 +218,36 @@ class KvService:
                 del result.values[:]
                 _set_error(result, _unexpected(bucket, "Lookup", e))
         return response
+
+    async def _insert_missing(
+        self,
+        replica: Replica,
+        kv: KvTablet,
+        keys: list[bytes],
+        values: list[bytes | None],
+        request: pb.LookupRequest,
+    ) -> list[bytes | None]:
+        """Lookup's insert_if_not_exists, as Fluss: insert the missing keys as a partial update of the
+        primary key (auto-increment filled; a key another writer inserted meanwhile is left as it is),
+        wait for the acks, and look them up again."""
+        acks = request.acks if request.HasField("acks") else -1
+        if acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {acks}")
+        rows = KeyRows(replica.table_info)
+        missing = [key for key, value in zip(keys, values, strict=True) if value is None]
+        appended = await self._append(replica, kv, rows.batch(missing), rows.target_columns)
+        # Lookups read committed rows: the inserted rows are answered once the in-sync replicas have them,
+        # whatever the acks.
+        timeout = max(request.timeout_ms if request.HasField("timeout_ms") else 30_000, 1) / 1000
+        end = appended.last_offset + 1
+        if not await replica.wait_for_high_watermark(end, timeout):
+            raise RequestTimeoutError(
+                f"the inserted keys of {replica.bucket} (up to offset {end}) were not replicated to the "
+                f"in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
+            )
+        self._flush_committed(replica)
+        inserted = dict(zip(missing, kv.multi_get(missing), strict=True))
+        return [inserted[key] if value is None else value for key, value in zip(keys, values, strict=True)]
 
     async def prefix_lookup(
         self, request: pb.PrefixLookupRequest, ctx: RequestContext

@@ -138,6 +138,7 @@ class TabletServer:
             self.kv_manager,
             self.log_service,
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+            allocate_ids=self._allocate_auto_increment_ids,
         )
         remote_root = self.config.get(options.REMOTE_DATA_DIR)
         self.remote_logs = (
@@ -373,6 +374,13 @@ class TabletServer:
         if replica.bucket.partition_id is not None:
             request.partition_id = replica.bucket.partition_id
         await self._coordinator_request(ApiKey.COMMIT_REMOTE_LOG_MANIFEST, request)
+
+    async def _allocate_auto_increment_ids(self, table_id: int, column_id: int, count: int) -> int:
+        request = internal.AllocateAutoIncrementIdsRequest(
+            table_id=table_id, column_id=column_id, count=count
+        )
+        response = await self._coordinator_request(ApiKey.ALLOCATE_AUTO_INCREMENT_IDS, request, timeout=10)
+        return int(response.start)
 
     async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
         await self._coordinator_request(

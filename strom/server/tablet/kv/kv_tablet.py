@@ -53,6 +53,7 @@ from strom.record.change_type import ChangeType
 from strom.record.compacted_row import CompactedRowDecoder
 from strom.record.kv_batch import KvRecordBatch
 from strom.record.log_batch import NO_WRITER_ID
+from strom.server.tablet.kv.auto_increment import auto_increment_column
 from strom.server.tablet.kv.key_check import KeyCheck
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
 from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
@@ -141,6 +142,8 @@ class KvTablet:
         self._compression = table_info.arrow_compression_type.value
         self._zstd_level = table_info.arrow_compression_zstd_level
         self._mergers: dict[tuple[int, ...], RowMerger] = {}
+        # New keys get their auto-increment id here; the caller reserves the ids (auto_increment.py).
+        self.auto_increment = auto_increment_column(table_info)
         self._failure: BaseException | None = None
         self._closed = False
 
@@ -229,6 +232,9 @@ class KvTablet:
                 f"has schema id {self._schema_id}"
             )
         merger = self._merger(target_columns)
+        auto_increment = self.auto_increment
+        if auto_increment is not None:
+            auto_increment.check_targets(target_columns)
         behavior = merger.delete_behavior
         records = batch.records
         self._key_check.check_null_keys([v for _, v in records if v is not None])
@@ -240,7 +246,7 @@ class KvTablet:
             )
         # With a WAL image, a full-row upsert on the default engine does not need the old row: the
         # result is always the new row and its changelog is a lone +U (as Fluss).
-        blind_upsert = self._wal_image and isinstance(merger, DefaultRowMerger)
+        blind_upsert = self._wal_image and isinstance(merger, DefaultRowMerger) and auto_increment is None
         state = self._old_values(records, allow_delete, blind_upsert)
 
         wal = self._wal_image
@@ -277,6 +283,8 @@ class KvTablet:
                 old = state[key]
                 if old is None:
                     new = merge(None, value)
+                    if auto_increment is not None:
+                        new = auto_increment.fill(new)
                     add_row(new)
                     add_type(_INSERT)
                     add_write((key, new, len(types) - 1, 1))

@@ -16,10 +16,11 @@ What each `table.merge-engine` does, as in Fluss:
   row, the others are kept from the old row (null for a new key). Writing only the primary key onto an
   existing row is a no-op. A delete nulls the non-key target columns and removes the row only when
   every non-target column is null already.
-* AGGREGATION is not supported yet and refused with a clear error.
+* AGGREGATION: columns aggregate by their functions (aggregate_merger.py); partial updates
+  aggregate only the target columns.
 
 `table.delete.behavior`: ALLOW, IGNORE (deletes dropped silently) or DISABLE (DeletionDisabledError).
-Unset, it is ALLOW for the default engine and IGNORE for FIRST_ROW and VERSIONED, which never allow.
+Unset, it is ALLOW for the default engine and IGNORE for the others; FIRST_ROW and VERSIONED never allow.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class VersionedRowMerger:
         elif t.root is _R.BIGINT:
             self._version = _long_version
         elif t.root in (_R.TIMESTAMP_WITHOUT_TIME_ZONE, _R.TIMESTAMP_WITH_LOCAL_TIME_ZONE):
-            self._version = _timestamp_version if (t.precision or 0) > 3 else _compact_timestamp_version
+            self._version = timestamp_version if (t.precision or 0) > 3 else compact_timestamp_version
         else:
             raise InvalidTableError(
                 f"The version column '{version_column}' for versioned merge engine must be one type of "
@@ -160,11 +161,11 @@ def _long_version(field: bytes | None) -> int:
     return _LONG_MIN if field is None else read_varint64(field, 0)[0]
 
 
-def _compact_timestamp_version(field: bytes | None) -> tuple[int, int]:
+def compact_timestamp_version(field: bytes | None) -> tuple[int, int]:
     return (_LONG_MIN, 0) if field is None else (read_varint64(field, 0)[0], 0)
 
 
-def _timestamp_version(field: bytes | None) -> tuple[int, int]:
+def timestamp_version(field: bytes | None) -> tuple[int, int]:
     if field is None:
         return (_LONG_MIN, 0)
     millis, pos = read_varint64(field, 0)
@@ -334,6 +335,11 @@ def _base_merger(info: TableInfo) -> RowMerger:
                 f"(table {table})."
             )
         return VersionedRowMerger(info.schema, column, behavior)
+    if engine is MergeEngineType.AGGREGATION:
+        # Imported here: the aggregate merger builds on this module's RowFields and partial updates.
+        from strom.server.tablet.kv.aggregate_merger import AggregateRowMerger
+
+        return AggregateRowMerger(info.schema, info.schema_id, behavior)
     raise InvalidTableError(
         f"Table {table} uses the '{engine.value.lower()}' merge engine, which Strom does not support yet."
     )
@@ -343,7 +349,7 @@ def create_row_merger(info: TableInfo, target_columns: Sequence[int] | None = No
     """The merger for a PutKv on `info`, checking its target columns.
 
     InvalidTargetColumnError (naming the columns) for target columns out of range, without the whole
-    primary key, with a NOT NULL non-key column left out, or on a FIRST_ROW / VERSIONED table.
+    primary key, with a NOT NULL non-key column, or on a FIRST_ROW / VERSIONED table.
     InvalidTableError for a merge engine Strom does not support.
     """
     base = _base_merger(info)
@@ -358,7 +364,7 @@ def create_row_merger(info: TableInfo, target_columns: Sequence[int] | None = No
                 f"Target column index {c} is out of range: table '{info.table_path}' has {n} columns {names}."
             )
     engine = info.merge_engine
-    if engine is not None:
+    if engine is not None and engine is not MergeEngineType.AGGREGATION:
         raise InvalidTargetColumnError(
             f"Partial update is not supported for the {engine.value.lower()} merge engine "
             f"(table '{info.table_path}')."
@@ -382,4 +388,6 @@ def create_row_merger(info: TableInfo, target_columns: Sequence[int] | None = No
                 "Partial Update requires all columns except primary key to be nullable, but column "
                 f"{column.name} is NOT NULL."
             )
+    if engine is MergeEngineType.AGGREGATION:
+        return base.with_targets(sorted(targets))  # type: ignore[attr-defined]
     return PartialUpdateMerger(schema, info.schema_id, sorted(targets), base.delete_behavior)
