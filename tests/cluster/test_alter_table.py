@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -230,3 +232,53 @@ def test_writers_on_the_old_schema_keep_writing_while_a_column_is_added(shared_c
         assert sum(offsets.values()) == written + 50
 
     run(shared_cluster, body)
+
+
+def strom_table(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "strom", "table", *args, "--bootstrap", cluster.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_strom_table_alter_from_the_command_line(shared_cluster: Cluster) -> None:
+    path = unique("alter_cli")
+    run(shared_cluster, lambda conn: create(conn, path, primary_key=["id"]))
+
+    done = strom_table(
+        shared_cluster,
+        "alter",
+        str(path),
+        "--add-column",
+        "price DECIMAL(10, 2) COMMENT 'in EUR, it''s net'",
+        "--set",
+        "table.log.ttl=1d",
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"altered {path} (schema id 2)" in done.stdout
+
+    shown = strom_table(shared_cluster, "schema", str(path), "--all-versions")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "schema 1:",
+        "  id BIGINT NOT NULL PRIMARY KEY",
+        "  name STRING",
+        "schema 2:",
+        "  id BIGINT NOT NULL PRIMARY KEY",
+        "  name STRING",
+        "  price DECIMAL(10, 2) COMMENT 'in EUR, it''s net'",
+    ]
+
+    refused = strom_table(shared_cluster, "alter", str(path), "--set", "table.bucket.num=9")
+    assert refused.returncode == 1
+    assert "InvalidAlterTableError (56)" in refused.stderr and "table.bucket.num" in refused.stderr
+    bad_type = strom_table(shared_cluster, "alter", str(path), "--add-column", "x VARCHARS")
+    assert bad_type.returncode == 2 and "unknown type 'VARCHARS'" in bad_type.stderr
+
+    async def check(conn: Connection) -> None:
+        info = await conn.get_admin().get_table_info(path)
+        assert info.schema_id == 2 and info.descriptor.properties["table.log.ttl"] == "1d"
+
+    run(shared_cluster, check)
