@@ -18,6 +18,7 @@ import pytest
 from harness import Cluster
 
 from strom.client import Connection, OffsetSpec, Schema, TableChange, TableDescriptor, TablePath
+from strom.client.scanner import EARLIEST_OFFSET
 from strom.common import errors
 from strom.common.types import BIGINT, STRING, DataType
 from strom.rpc.api import ApiKey
@@ -231,7 +232,25 @@ def test_writers_on_the_old_schema_keep_writing_while_a_column_is_added(shared_c
         offsets = await admin.list_offsets(path, [0, 1], OffsetSpec.latest())
         assert sum(offsets.values()) == written + 50
 
+        # read under the new schema: rows written before (and by the old writer) have a null note
+        rows = (await read_all(new_table)).sort_by("id").to_pylist()
+        assert [r["id"] for r in rows] == [*range(written), *range(100_000, 100_050)]
+        assert all(r["note"] is None for r in rows[:written])
+        assert [r["note"] for r in rows[written:]] == [f"n{i}" for i in range(50)]
+        # a table handle (and its scanners) from before the change keeps reading its own schema
+        old_rows = await read_all(old_table)
+        assert old_rows.column_names == ["id", "name"] and old_rows.num_rows == written + 50
+
     run(shared_cluster, body)
+
+
+async def read_all(table: Any) -> pa.Table:
+    scanner = table.new_scan().create_log_scanner()
+    for bucket in range(table.bucket_count):
+        scanner.subscribe(bucket, EARLIEST_OFFSET)
+    async with scanner:
+        batches = [b.batch async for b in scanner.iter_batches(to_end=True)]
+    return pa.Table.from_batches(batches, schema=scanner.arrow_schema)
 
 
 def strom_table(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

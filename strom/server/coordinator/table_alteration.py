@@ -57,6 +57,13 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
     """Apply the request's changes to `descriptor`, or raise InvalidAlterTableError changing nothing."""
     _refuse_column_rewrites(table, descriptor, request)
     schema = descriptor.schema
+    log_format = descriptor.table_config.get(cfg.TABLE_LOG_FORMAT)
+    if request.add_columns and not descriptor.has_primary_key and log_format is not cfg.LogFormat.ARROW:
+        # old batches are read under the new schema by rebuilding their Arrow records
+        raise InvalidAlterTableError(
+            f"Cannot add columns to table '{table}': its log format is {log_format}, and columns can "
+            "only be added to tables with the ARROW log format (or a primary key)."
+        )
     for add in request.add_columns:
         schema = _add_column(table, schema, add)
     properties = dict(descriptor.properties)
