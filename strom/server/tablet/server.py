@@ -505,6 +505,9 @@ class TabletServer:
         for replica in list(self.replica_manager.replicas.values()):
             if replica.bucket.table_id == metadata.table_id:
                 replica.table_altered(info)
+                kv = self.kv_manager.tablet(replica.bucket)
+                if kv is not None:
+                    kv.table_altered(info)
 
     # ---- handlers
 
