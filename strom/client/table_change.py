@@ -7,14 +7,10 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET, COLUMN_POSITION_LAST
 from strom.common.type_strings import parse_data_type
 from strom.common.types import DataType
 from strom.rpc.gen import fluss_api_pb2 as pb
-
-# PbAlterConfig.op_type (Fluss's AlterConfigOpType) and PbAddColumn.column_position_type (LAST)
-_OP_SET = 0
-_OP_DELETE = 1
-_POSITION_LAST = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,13 +68,15 @@ def fill_alter_table_request(request: pb.AlterTableRequest, changes: list[TableC
             column = request.add_columns.add(
                 column_name=change.name,
                 data_type_json=json.dumps(change.data_type.to_json()).encode(),
-                column_position_type=_POSITION_LAST,
+                column_position_type=COLUMN_POSITION_LAST,
             )
             if change.comment is not None:
                 column.comment = change.comment
         elif isinstance(change, SetOption):
-            request.config_changes.add(config_key=change.key, config_value=change.value, op_type=_OP_SET)
+            request.config_changes.add(
+                config_key=change.key, config_value=change.value, op_type=ALTER_CONFIG_SET
+            )
         elif isinstance(change, ResetOption):
-            request.config_changes.add(config_key=change.key, op_type=_OP_DELETE)
+            request.config_changes.add(config_key=change.key, op_type=ALTER_CONFIG_DELETE)
         else:
             raise TypeError(f"not a table change: {change!r} (build one with TableChange)")

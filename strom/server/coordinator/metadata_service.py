@@ -309,7 +309,7 @@ class MetadataService:
         if (
             self.create_lake_table is not None
             and info.datalake_enabled
-            and not TableInfo(path, record.table_id, record.schema_id, old, 0, 0).datalake_enabled
+            and not old.table_config.get(options.TABLE_DATALAKE_ENABLED)
         ):
             # a table that turns lake-enabled gets its lake table before tiering can be scheduled
             await self.create_lake_table(info)

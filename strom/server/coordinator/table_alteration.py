@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, replace
 
 from strom.common import config as cfg
+from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET, COLUMN_POSITION_LAST
 from strom.common.errors import InvalidAlterTableError
 from strom.common.schema import Column, Schema, assign_field_ids
 from strom.common.table_descriptor import TableDescriptor
@@ -38,11 +39,6 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         cfg.TABLE_KV_STANDBY_REPLICA_ENABLED,
     )
 )
-
-# PbAlterConfig.op_type (Fluss's AlterConfigOpType) and PbAddColumn.column_position_type
-OP_SET = 0
-OP_DELETE = 1
-POSITION_LAST = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +72,11 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
                 f"The following options are not supported to alter yet: '{key}' (alterable table options: "
                 f"{', '.join(sorted(ALTERABLE_TABLE_OPTIONS))})."
             )
-        if change.op_type == OP_SET:
+        if change.op_type == ALTER_CONFIG_SET:
             if not change.HasField("config_value"):
                 raise InvalidAlterTableError(f"Setting option '{key}' of table '{table}' needs a value.")
             target[key] = change.config_value
-        elif change.op_type == OP_DELETE:
+        elif change.op_type == ALTER_CONFIG_DELETE:
             target.pop(key, None)
         else:
             raise InvalidAlterTableError(
@@ -140,7 +136,7 @@ def _add_column(table: str, schema: Schema, add: pb.PbAddColumn) -> Schema:
     name = add.column_name
     if name in schema.column_names:
         raise InvalidAlterTableError(f"Column {name} already exists.")
-    if add.column_position_type != POSITION_LAST:
+    if add.column_position_type != COLUMN_POSITION_LAST:
         raise InvalidAlterTableError(
             f"Column '{name}' can only be added at the end of table '{table}' (position LAST)."
         )
