@@ -488,10 +488,12 @@ def _register_commands() -> None:
     from strom.commands.acl import acl
     from strom.commands.rebalance import rebalance
     from strom.commands.status import status
+    from strom.commands.table import table
 
     main.add_command(acl)
     main.add_command(status)
     main.add_command(rebalance)
+    main.add_command(table)
 
 
 _register_commands()

@@ -13,6 +13,7 @@ from strom.client.lookup import Lookuper, PrefixLookuper
 from strom.client.offset_spec import OffsetSpec
 from strom.client.snapshots import KvSnapshots, LakeSnapshot
 from strom.client.table import Table
+from strom.client.table_change import TableChange
 from strom.client.upsert import UpsertWriter
 from strom.common.errors import FlussError
 from strom.common.partition import PartitionSpec
@@ -61,6 +62,7 @@ __all__ = [
     "ServerNode",
     "ServerType",
     "Table",
+    "TableChange",
     "TableDescriptor",
     "TableInfo",
     "TablePath",

@@ -30,6 +30,7 @@ from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
 from strom.client.offset_spec import OffsetSpec, OffsetType
 from strom.client.snapshots import KvSnapshots, LakeSnapshot
+from strom.client.table_change import TableChangeType, fill_alter_table_request
 from strom.common.errors import (
     FlussError,
     LeaderNotAvailableError,
@@ -182,6 +183,21 @@ class Admin:
         request = pb.DropTableRequest(ignore_if_not_exists=ignore_if_not_exists)
         _set_path(request.table_path, path)
         await self._call(ApiKey.DROP_TABLE, request, read_only=False)
+        self._metadata.forget_table(path)
+
+    async def alter_table(
+        self,
+        table_path: TablePathLike,
+        changes: Iterable[TableChangeType],
+        ignore_if_not_exists: bool = False,
+    ) -> None:
+        """Apply `TableChange`s (add column, set/reset option) to a table, all or none."""
+        path = as_table_path(table_path)
+        request = pb.AlterTableRequest(ignore_if_not_exists=ignore_if_not_exists)
+        _set_path(request.table_path, path)
+        fill_alter_table_request(request, list(changes))
+        await self._call(ApiKey.ALTER_TABLE, request, read_only=False)
+        # writers and scanners opened from now on use the new schema and options
         self._metadata.forget_table(path)
 
     async def list_tables(self, database_name: str) -> list[str]:

@@ -87,7 +87,7 @@ class Schema:
         if columns and with_ids == 0:
             # Like Java's Schema.Builder.fromColumns: numbering starts at 0 whatever the given
             # highest id; the larger of the two is kept.
-            columns, last = _assign_ids(columns, -1)
+            columns, last = assign_field_ids(columns, -1)
             highest, assigned = max(highest, last), True
         elif with_ids != len(columns):
             raise ValueError("All columns must have columnId or none of them must have columnId.")
@@ -229,7 +229,9 @@ class Schema:
 # ---------------------------------------------------------------------- helpers
 
 
-def _assign_ids(columns: list[Column], highest: int) -> tuple[list[Column], int]:
+def assign_field_ids(columns: list[Column], highest: int) -> tuple[list[Column], int]:
+    """Ids after `highest` for the columns and the fields nested in them, depth first; also returns the
+    last id handed out."""
     counter = [highest]
 
     def next_id() -> int:

@@ -151,6 +151,11 @@ class LakeCatalog(ABC):
     @abstractmethod
     def table_exists(self, table_path: TablePath) -> bool: ...
 
+    @abstractmethod
+    def evolve_table(self, table_info: TableInfo) -> list[str]:
+        """Add the Fluss columns the lake table lacks (AlterTable added them), before the system
+        columns, keeping the ids of the columns it has; returns the names added."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release catalog resources."""
 

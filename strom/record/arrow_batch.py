@@ -222,12 +222,20 @@ def project_arrow_batch(
     projected = records.select(list(column_indexes))
     count = header.record_count
     body: pa.Buffer | bytes = serialize_arrow_records(projected, compression, zstd_level) if count else b""
+    return assemble_arrow_log_batch(header, body, change_types or b"", schema_id=header.schema_id)
+
+
+def assemble_arrow_log_batch(
+    header: LogBatchHeader, body: pa.Buffer | bytes, change_types: bytes, *, schema_id: int
+) -> bytes:
+    """A V0 batch with `header`'s offsets, writer, sequence, timestamp and attributes around new
+    records (`body`, `change_types`), under `schema_id`, with a fresh CRC."""
     return _assemble_v0(
         body,
-        change_types or b"",
-        record_count=count,
+        change_types,
+        record_count=header.record_count,
         last_offset_delta=header.last_offset_delta,
-        schema_id=header.schema_id,
+        schema_id=schema_id,
         append_only=header.is_append_only,
         writer_id=header.writer_id,
         batch_sequence=header.batch_sequence,

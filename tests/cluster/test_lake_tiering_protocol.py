@@ -85,6 +85,8 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         create.table_path.database_name = "fluss"
         create.table_path.table_name = "tiered"
         await conn.request(ApiKey.CREATE_TABLE, create)
+        # not due before its freshness interval has passed (asked at once: the checks below take time)
+        assert not (await heartbeat(conn, request=True)).HasField("tiering_table")
         # the coordinator created the Iceberg table with the Fluss table
         from pyiceberg.catalog import load_catalog
 
@@ -98,8 +100,6 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         lake_columns = [f.name for f in catalog.load_table("fluss.tiered").schema().fields]
         assert lake_columns == ["id", "v", "__bucket", "__offset", "__timestamp"]
 
-        # not due before its freshness interval has passed
-        assert not (await heartbeat(conn, request=True)).HasField("tiering_table")
         first = await wait_for_table(conn)
         assert first.table_path.table_name == "tiered" and first.tiering_epoch == 1
         table_id = first.table_id

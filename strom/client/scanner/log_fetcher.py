@@ -166,9 +166,12 @@ class LogFetcher:
         )
         table = request.tables_req.add(table_id=self.table_id)
         plan = self.plan
-        table.projection_pushdown_enabled = plan.fetch_columns is not None
-        if plan.fetch_columns is not None:
-            table.projected_fields.extend(plan.fetch_columns)
+        # Every column of the schema this scanner was opened with: a column added by AlterTable while
+        # it runs does not change what it decodes (the server projects only when the table changed).
+        table.projection_pushdown_enabled = True
+        table.projected_fields.extend(
+            plan.fetch_columns if plan.fetch_columns is not None else range(len(plan.table_schema))
+        )
         if plan.predicate_pb is not None:
             table.filter_predicate.CopyFrom(plan.predicate_pb)
         for position in positions:

@@ -70,7 +70,12 @@ class KvAccumulator(RecordAccumulator):
             bucket_id,
             size,
             # Partial updates never share a batch with full-row writes or other target columns.
-            fits=lambda batch: isinstance(batch, KvWriteBatch) and batch.accepts(size, target_columns),
+            # ... nor rows of writers on different schemas (before and after an AlterTable).
+            fits=lambda batch: (
+                isinstance(batch, KvWriteBatch)
+                and batch.format.schema_id == fmt.schema_id
+                and batch.accepts(size, target_columns)
+            ),
             new_batch=lambda batch_id: KvWriteBatch(
                 batch_id, path, bucket_id, fmt, self.batch_size, self.now(), target_columns
             ),

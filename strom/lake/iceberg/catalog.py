@@ -11,6 +11,7 @@ catalog must use the same one.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Mapping
 from urllib.parse import urlparse
@@ -22,8 +23,9 @@ from pyiceberg.table import Table
 from strom.common.errors import InvalidConfigError, InvalidTableError, LakeTableAlreadyExistError
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
-from strom.lake.iceberg.schema import iceberg_layout, layout_mismatch
+from strom.lake.iceberg.schema import iceberg_layout, layout_mismatch, to_iceberg_type
 from strom.lake.interface import LakeCatalog
+from strom.lake.system_columns import SYSTEM_COLUMN_NAMES
 
 __all__ = ["DEFAULT_CATALOG_NAME", "IcebergLakeCatalog", "load_iceberg_catalog", "table_identifier"]
 
@@ -127,6 +129,21 @@ class IcebergLakeCatalog(LakeCatalog):
                 f"The table {table_info.table_path} already exists in Iceberg catalog, and the table is "
                 "not empty. Please first drop the table in Iceberg catalog or use a new table name."
             )
+
+    def evolve_table(self, table_info: TableInfo) -> list[str]:
+        table = self.load_table(table_info.table_path)
+        existing = set(table.schema().column_names)
+        missing = [c for c in table_info.schema.columns if c.name not in existing]
+        if not missing:
+            return []
+        ids = itertools.count(1)  # nested ids: pyiceberg gives added fields fresh ones
+        with table.update_schema() as update:
+            for column in missing:
+                update.add_column(
+                    column.name, to_iceberg_type(column.data_type, lambda: next(ids)), doc=column.comment
+                )
+                update.move_before(column.name, SYSTEM_COLUMN_NAMES[0])
+        return [c.name for c in missing]
 
     def drop_table(self, table_path: TablePath, *, purge: bool = False) -> bool:
         identifier = table_identifier(table_path)

@@ -21,13 +21,14 @@ from pypaimon.catalog.catalog_exception import (
     TableNotExistException,
 )
 from pypaimon.common.identifier import Identifier
+from pypaimon.schema.schema_change import Move, SchemaChange
 from pypaimon.table.file_store_table import FileStoreTable
 
 from strom.common.errors import InvalidConfigError, InvalidTableError, LakeTableAlreadyExistError
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 from strom.lake.interface import LakeCatalog
-from strom.lake.paimon.schema import layout_mismatch, paimon_layout
+from strom.lake.paimon.schema import SYSTEM_COLUMNS, layout_mismatch, paimon_layout, to_paimon_type
 
 __all__ = ["PaimonLakeCatalog", "catalog_options", "load_paimon_catalog", "table_identifier"]
 
@@ -112,6 +113,24 @@ class PaimonLakeCatalog(LakeCatalog):
                 f"The table {table_info.table_path} already exists in Paimon catalog, and the table is not "
                 "empty. Please first drop the table in Paimon catalog or use a new table name."
             )
+
+    def evolve_table(self, table_info: TableInfo) -> list[str]:
+        existing = {f.name for f in self.load_table(table_info.table_path).table_schema.fields}
+        missing = [c for c in table_info.schema.columns if c.name not in existing]
+        if not missing:
+            return []
+        first_system = next(iter(SYSTEM_COLUMNS))
+        changes = [
+            SchemaChange.add_column(
+                column.name,
+                to_paimon_type(column.data_type),
+                column.comment,
+                Move.before(column.name, first_system),
+            )
+            for column in missing
+        ]
+        self.paimon.alter_table(table_identifier(table_info.table_path), changes)
+        return [c.name for c in missing]
 
     def drop_table(self, table_path: TablePath, *, purge: bool = False) -> bool:
         # pypaimon's filesystem catalog always deletes the table directory, so `purge` changes nothing.

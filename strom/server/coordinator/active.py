@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.table_descriptor import TableInfo
+from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -57,6 +57,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.LIST_TABLES: lambda c: c.metadata.list_tables,
     ApiKey.TABLE_EXISTS: lambda c: c.metadata.table_exists,
     ApiKey.GET_TABLE_SCHEMA: lambda c: c.metadata.get_table_schema,
+    ApiKey.ALTER_TABLE: lambda c: c.metadata.alter_table,
     ApiKey.LIST_PARTITION_INFOS: lambda c: c.metadata.list_partition_infos,
     ApiKey.CREATE_PARTITION: lambda c: c.metadata.create_partition,
     ApiKey.DROP_PARTITION: lambda c: c.metadata.drop_partition,
@@ -129,6 +130,7 @@ class ActiveCoordinator:
         self.metadata.on_table_dropped = self._table_dropped
         self.rebalance = RebalanceManager(store, self.membership, self.controller)
         self.metadata.placement_candidates = self.rebalance.placement_candidates
+        self.metadata.on_table_altered = self._table_altered
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
         for key in WAIT_UNTIL_READY:
             self.handlers[key] = self._when_ready(self.handlers[key])
@@ -244,6 +246,10 @@ class ActiveCoordinator:
 
     async def _table_created(self, record: TableRecord) -> None:
         self.lake.on_table_created(record)
+        await self.auto_partitions.check_table(record)
+
+    async def _table_altered(self, old: TableDescriptor, record: TableRecord) -> None:
+        self.lake.on_table_altered(old, record)
         await self.auto_partitions.check_table(record)
 
     def _table_dropped(self, table_id: int) -> None:

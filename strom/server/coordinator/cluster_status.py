@@ -76,4 +76,3 @@ async def describe_cluster(
         if table.state.value == "tiering" and table.last_heartbeat:
             item.heartbeat_age_ms = int((now - table.last_heartbeat) * 1000)
     return response
-

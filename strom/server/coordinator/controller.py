@@ -7,7 +7,7 @@ import asyncio
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from strom.common.errors import (
     FencedLeaderEpochError,
@@ -147,9 +147,11 @@ class Controller:
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
         await asyncio.gather(*(self.send(s, ApiKey.STOP_REPLICA, r) for s, r in by_server.items()))
 
-    async def broadcast_servers(self) -> None:
-        """UpdateMetadata with the live server list, so tablet servers know their peers."""
+    async def broadcast_servers(self, tables: Sequence[pb.PbTableMetadata] = ()) -> None:
+        """UpdateMetadata with the live server list, so tablet servers know their peers, and the
+        given tables' current metadata (an altered table's new schema or options)."""
         request = pb.UpdateMetadataRequest(coordinator_epoch=self.coordinator_epoch)
+        request.table_metadata.extend(tables)
         request.coordinator_server.CopyFrom(self.coordinator_node)
         for server in self.membership.servers.values():
             node = request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)

@@ -103,6 +103,17 @@ class LakeService:
                 record.table_id, TablePath(record.database, record.name), self._freshness(descriptor)
             )
 
+    def on_table_altered(self, old: TableDescriptor, record: TableRecord) -> None:
+        """AlterTable: tiering starts (from the table's first offset), stops, or takes the new
+        freshness from its next round."""
+        new = TableDescriptor.from_json_bytes(record.table_json)
+        if not self.lake_enabled(new):
+            self.tiering.remove_table(record.table_id)
+        elif not self.lake_enabled(old):
+            self.on_table_created(record)
+        else:
+            self.tiering.set_freshness(record.table_id, self._freshness(new))
+
     def on_table_dropped(self, table_id: int) -> None:
         self.tiering.remove_table(table_id)
         self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")

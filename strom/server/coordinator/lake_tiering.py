@@ -91,6 +91,12 @@ class LakeTieringManager:
         self.tables[table_id] = _Table(table_id, path, freshness, last_tiered, state)
         self._transition(table_id, TieringState.SCHEDULED)
 
+    def set_freshness(self, table_id: int, freshness: float) -> None:
+        """An altered `table.datalake.freshness`: used when the table is next scheduled."""
+        table = self.tables.get(table_id)
+        if table is not None:
+            table.freshness = freshness
+
     def remove_table(self, table_id: int) -> None:
         table = self.tables.pop(table_id, None)
         if table is not None and table.timer is not None:

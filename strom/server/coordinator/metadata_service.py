@@ -40,6 +40,7 @@ from strom.rpc.server import RequestContext
 from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.table_alteration import alter
 from strom.server.coordinator.table_lake_options import table_lake_options, with_lake_options
 from strom.server.coordinator.table_validation import (
     apply_table_defaults,
@@ -89,6 +90,8 @@ class MetadataService:
         self.create_lake_table: Callable[[TableInfo], Awaitable[None]] | None = None
         # the servers new buckets may be placed on (the coordinator leaves out servers being retired)
         self.placement_candidates: Callable[[], list[int]] = membership.live_ids
+        # called after AlterTable stored a table's new descriptor (old descriptor, new record)
+        self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
 
     # ---- lookups shared by the handlers
 
@@ -286,6 +289,53 @@ class MetadataService:
         if schema_json is None:
             raise SchemaNotExistError(f"Schema {schema_id} of table '{path}' does not exist.")
         return pb.GetTableSchemaResponse(schema_id=schema_id, schema_json=schema_json)
+
+    async def alter_table(self, request: pb.AlterTableRequest, ctx: object) -> pb.AlterTableResponse:
+        path = table_path_of(request.table_path)
+        record = self.store.get_table(path.database_name, path.table_name)
+        if record is None:
+            if request.ignore_if_not_exists:
+                return pb.AlterTableResponse()
+            raise TableNotExistError(f"Table '{path}' does not exist.")
+        old = self._descriptor(record)
+        alteration = alter(str(path), old, request)
+        new = alteration.descriptor
+        validate_table_descriptor(
+            new, self.config.get(options.MAX_BUCKET_NUM), self.config.get_optional(options.DATALAKE_FORMAT)
+        )
+        schema_id = record.schema_id + 1 if alteration.schema_changed else record.schema_id
+        modified = now_ms()
+        info = TableInfo(path, record.table_id, schema_id, new, record.created_time, modified)
+        if (
+            self.create_lake_table is not None
+            and info.datalake_enabled
+            and not old.table_config.get(options.TABLE_DATALAKE_ENABLED)
+        ):
+            # a table that turns lake-enabled gets its lake table before tiering can be scheduled
+            await self.create_lake_table(info)
+        altered = TableRecord(
+            record.table_id,
+            record.database,
+            record.name,
+            schema_id,
+            new.to_json_bytes(),
+            record.created_time,
+            modified,
+        )
+        with self.store.transaction():
+            if alteration.schema_changed:
+                self.store.add_schema(record.table_id, schema_id, new.schema.to_json_bytes())
+            self.store.update_table(altered)
+        log.info("altered table %s (schema id %d)", path, schema_id)
+        await self.controller.broadcast_servers([self._update_metadata_of(altered)])
+        if self.on_table_altered is not None:
+            await self.on_table_altered(old, altered)
+        return pb.AlterTableResponse()
+
+    def _update_metadata_of(self, record: TableRecord) -> pb.PbTableMetadata:
+        holder = pb.UpdateMetadataRequest()
+        self._table_metadata(holder.table_metadata, record)
+        return holder.table_metadata[0]
 
     # ---- partitions
 

@@ -26,12 +26,15 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     RequestTimeoutError,
+    SchemaNotExistError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
+from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
-from strom.record.log_batch import iter_batches
+from strom.record.log_batch import LogBatchHeader, iter_batches, read_header
+from strom.record.schema_evolution import evolve_arrow_batch
 from strom.rpc.encoded import EncodedResponse
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
@@ -70,10 +73,32 @@ class _Projection:
 
 
 @dataclass(frozen=True, slots=True)
+class _Evolution:
+    """The table's current schema and its older ones: batches of an older schema reach clients
+    rebuilt under the current one (strom.record.schema_evolution)."""
+
+    schema_id: int
+    schemas: dict[int, Schema]
+
+    def batch(self, buf: bytes, pos: int, header: LogBatchHeader) -> tuple[bytes, int, LogBatchHeader]:
+        """(buffer, position, header) of the batch at `pos` under the current schema."""
+        if header.schema_id == self.schema_id:
+            return buf, pos, header
+        old = self.schemas.get(header.schema_id)
+        if old is None:
+            raise SchemaNotExistError(
+                f"batch at offset {header.base_offset} has unknown schema id {header.schema_id}"
+            )
+        evolved = evolve_arrow_batch(buf, pos, header, old, self.schemas[self.schema_id], self.schema_id)
+        return evolved, 0, read_header(evolved)
+
+
+@dataclass(frozen=True, slots=True)
 class _TableRead:
     arrow_schema: pa.Schema
     projection: _Projection | None
     batch_filter: BatchFilter | None
+    evolution: _Evolution | None = None
 
 
 class LogService:
@@ -174,7 +199,11 @@ class LogService:
             table_schema = replica.table_info.schema
             column_of_field = {c.column_id: i for i, c in enumerate(table_schema.columns)}
             batch_filter = BatchFilter(predicate_from_pb(table_req.filter_predicate), column_of_field)
-        return _TableRead(schema, projection, batch_filter)
+        evolution = None
+        if len(replica.schema_history) > 1:
+            schemas = {**replica.schema_history, replica.table_info.schema_id: replica.table_info.schema}
+            evolution = _Evolution(replica.table_info.schema_id, schemas)
+        return _TableRead(schema, projection, batch_filter, evolution)
 
     def _read_bucket(
         self,
@@ -205,23 +234,28 @@ class LogService:
         result.high_watermark = fetched.high_watermark
         result.log_start_offset = earliest
         records = fetched.records
-        if records and (plan.projection is not None or plan.batch_filter is not None):
+        if records and (
+            plan.projection is not None or plan.batch_filter is not None or plan.evolution is not None
+        ):
             kept: list[bytes] = []
             skipped = False
             scanned_end = fetch_offset
             for pos, header in iter_batches(records):
                 scanned_end = header.next_offset
+                buf = records
+                if plan.evolution is not None:
+                    buf, pos, header = plan.evolution.batch(records, pos, header)
                 if plan.batch_filter is not None:
-                    batch, _ = decode_arrow_batch(records, pos, header, plan.arrow_schema)
+                    batch, _ = decode_arrow_batch(buf, pos, header, plan.arrow_schema)
                     if not plan.batch_filter.may_match(batch):
                         skipped = True
                         continue
                 if plan.projection is not None:
                     kept.append(
-                        project_arrow_batch(records, pos, header, plan.arrow_schema, plan.projection.columns)
+                        project_arrow_batch(buf, pos, header, plan.arrow_schema, plan.projection.columns)
                     )
                 else:
-                    kept.append(records[pos : pos + header.size])
+                    kept.append(buf[pos : pos + header.size])
             if skipped:
                 # lets the client move past batches the filter pruned
                 result.filtered_end_offset = scanned_end

@@ -21,6 +21,7 @@ from strom.common.errors import (
     NotLeaderOrFollowerError,
     UnknownTableOrBucketError,
 )
+from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.batch_validation import BatchCheck, log_batch_check
@@ -73,6 +74,9 @@ class Replica:
     needs_truncation: bool = False
     # the leader's epoch entries not yet covered by this follower's log (copied as the data arrives)
     pending_epochs: list[EpochEntry] = field(default_factory=list)
+    # every schema of the table by id (shared by its replicas), so batches of writers still on an
+    # older schema are checked against the schema they were written with
+    schema_history: dict[int, Schema] = field(default_factory=dict)
     _arrow_schema: pa.Schema | None = None
     _batch_check: BatchCheck | None = None
 
@@ -166,13 +170,28 @@ class Replica:
         if self._batch_check is None:
             info = self.table_info
             current = info.schema_id
+            arrow_by_id: dict[int, pa.Schema] = {}
+
+            def arrow_schema_of(schema_id: int) -> pa.Schema | None:
+                if schema_id == current:
+                    return self.arrow_schema()
+                if schema_id not in arrow_by_id and schema_id in self.schema_history:
+                    arrow_by_id[schema_id] = self.schema_history[schema_id].to_arrow_schema()
+                return arrow_by_id.get(schema_id)
+
             self._batch_check = log_batch_check(
-                lambda schema_id: self.arrow_schema() if schema_id == current else None,
+                arrow_schema_of,
                 # a primary-key table's changelog is always ARROW (the KV tablet builds it)
                 arrow=info.log_format is LogFormat.ARROW or info.has_primary_key,
                 table=f"{self.database}.{self.table}",
             )
         return self._batch_check
+
+    def table_altered(self, info: TableInfo) -> None:
+        """AlterTable changed the table's options or schema: checks are rebuilt for the new one."""
+        self.table_info = info
+        self._arrow_schema = None
+        self._batch_check = None
 
     def notify_appended(self) -> None:
         waiters, self.waiters = self.waiters, []

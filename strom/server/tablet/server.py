@@ -21,6 +21,7 @@ from google.protobuf.message import Message
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTableOrBucketError
+from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
@@ -48,6 +49,7 @@ from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 from strom.server.tablet.replica_status import describe_replicas
+from strom.server.tablet.schema_history import load_schema_history
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +152,7 @@ class TabletServer:
         self.replica_manager.on_follower = self._on_follower
         self.replica_manager.on_stopped = self._on_stopped
         self._table_infos: dict[int, TableInfo] = {}
+        self._schema_histories: dict[int, dict[int, Schema]] = {}
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
         self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
@@ -485,8 +488,34 @@ class TabletServer:
                 response.created_time,
                 response.modified_time,
             )
+            self._schema_histories[table_id] = await load_schema_history(
+                self._coordinator_request, path, info.schema_id, info.schema
+            )
             self._table_infos[table_id] = info
         return info
+
+    def _table_altered(self, metadata: pb.PbTableMetadata) -> None:
+        """UpdateMetadata carries an altered table: its replicas take the new options and schema."""
+        old = self._table_infos.get(metadata.table_id)
+        if old is None:
+            return  # not hosted here; learnt in full when a replica of it arrives
+        info = TableInfo(
+            old.table_path,
+            metadata.table_id,
+            metadata.schema_id,
+            TableDescriptor.from_json_bytes(metadata.table_json),
+            metadata.created_time,
+            metadata.modified_time,
+        )
+        self._table_infos[metadata.table_id] = info
+        history = self._schema_histories.setdefault(metadata.table_id, {})
+        history[info.schema_id] = info.schema
+        for replica in list(self.replica_manager.replicas.values()):
+            if replica.bucket.table_id == metadata.table_id:
+                replica.table_altered(info)
+                kv = self.kv_manager.tablet(replica.bucket)
+                if kv is not None:
+                    kv.table_altered(info)
 
     # ---- handlers
 
@@ -552,6 +581,8 @@ class TabletServer:
             self._coordinator_listeners = request.coordinator_server.listeners
         if self.zookeeper is not None and request.HasField("coordinator_server"):
             self.coordinator = (request.coordinator_server.host, request.coordinator_server.port)
+        for table in request.table_metadata:
+            self._table_altered(table)
         return pb.UpdateMetadataResponse()
 
     async def _notify_leader_and_isr(
@@ -577,7 +608,7 @@ class TabletServer:
                     raise UnknownTableOrBucketError(
                         f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
                     )
-                self.replica_manager.become_leader_or_follower(
+                replica = self.replica_manager.become_leader_or_follower(
                     bucket,
                     database=known.database_name,
                     table=known.table_name,
@@ -589,6 +620,7 @@ class TabletServer:
                     isr=tuple(entry.isr),
                     bucket_epoch=entry.bucket_epoch,
                 )
+                replica.schema_history = self._schema_histories.setdefault(bucket.table_id, {})
             except FlussError as e:
                 result.error_code = e.code
                 result.error_message = e.message

@@ -29,7 +29,7 @@ from strom.common.errors import FencedTieringEpochError, FlussError
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 from strom.lake import load_lake_storage
-from strom.lake.interface import LakeCommitter, LakeSnapshotInfo, WriteResult, maintenance_plan
+from strom.lake.interface import LakeCommitter, LakeSnapshotInfo, LakeStorage, WriteResult, maintenance_plan
 from strom.metrics.tiering import TieringMetrics
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -212,6 +212,10 @@ class TieringService:
                 f"{assignment.path} was re-created (id {info.table_id}, not {assignment.table_id})"
             )
         storage = load_lake_storage(self.settings.lake_format, self.settings.lake_properties)
+        # columns AlterTable added reach the lake table before rows that carry them
+        added = await asyncio.to_thread(_evolve, storage, info)
+        if added:
+            log.info("%s: added column(s) %s to the lake table", assignment.path, added)
         committer = storage.committer(info)
         latest: LakeSnapshotInfo | None = await asyncio.to_thread(committer.latest_snapshot)
         lake_offsets: dict[tuple[int | None, int], int] = dict(latest.bucket_offsets) if latest else {}
@@ -380,6 +384,14 @@ def _commit(
     except BaseException:
         committer.abort(results)
         raise
+
+
+def _evolve(storage: LakeStorage, info: TableInfo) -> list[str]:
+    catalog = storage.catalog()
+    try:
+        return catalog.evolve_table(info)
+    finally:
+        catalog.close()
 
 
 def _maintain(committer: LakeCommitter, info: TableInfo, splits: list[TieringSplit]) -> None:

@@ -186,6 +186,7 @@ class KvManager:
             write_buffer_bytes=self.write_buffer_bytes,
             bucket=bucket.bucket,
         )
+        kv.use_schemas(replica.schema_history)
         try:
             for _ in iter_recover(kv, log_tablet, start, row_count):
                 await asyncio.sleep(0)  # let other buckets' requests run between chunks

@@ -47,12 +47,14 @@ from strom.common.errors import (
     KvStorageError,
     SchemaNotExistError,
 )
+from strom.common.schema import Schema
 from strom.common.table_descriptor import TableInfo
 from strom.record.arrow_batch import build_arrow_log_batch
 from strom.record.change_type import ChangeType
 from strom.record.compacted_row import CompactedRowDecoder
 from strom.record.kv_batch import KvRecordBatch
 from strom.record.log_batch import NO_WRITER_ID
+from strom.record.schema_evolution import RowUpgrader
 from strom.server.tablet.kv.auto_increment import auto_increment_column
 from strom.server.tablet.kv.key_check import KeyCheck
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
@@ -131,21 +133,45 @@ class KvTablet:
         self._flushed_offset = flushed_offset
         self._row_count = row_count
         self._wal_image = table_info.changelog_image is ChangelogImage.WAL
+        self._key_check = KeyCheck(table_info, bucket)
+        self._compression = table_info.arrow_compression_type.value
+        self._zstd_level = table_info.arrow_compression_zstd_level
+        # every schema of the table by id (AlterTable adds columns; rows keep the id they were
+        # written with and are upgraded when read)
+        self.schemas: dict[int, Schema] = {table_info.schema_id: table_info.schema}
+        self._use_schema(table_info)
+        self._failure: BaseException | None = None
+        self._closed = False
+
+    def _use_schema(self, table_info: TableInfo) -> None:
+        self.table_info = table_info
+        self.schemas[table_info.schema_id] = table_info.schema
         self._schema_id = table_info.schema_id
         self._schema_prefix = _SCHEMA_ID.pack(table_info.schema_id)
         self._arrow_schema = table_info.schema.to_arrow_schema()
         self._decoder = CompactedRowDecoder(table_info.schema.row_type)
-        self._key_check = KeyCheck(table_info, bucket)
         self._empty_records = pa.RecordBatch.from_arrays(
             [pa.array([], f.type) for f in self._arrow_schema], schema=self._arrow_schema
         )
-        self._compression = table_info.arrow_compression_type.value
-        self._zstd_level = table_info.arrow_compression_zstd_level
         self._mergers: dict[tuple[int, ...], RowMerger] = {}
+        self._upgrader = RowUpgrader(self.schemas, self._schema_id) if len(self.schemas) > 1 else None
         # New keys get their auto-increment id here; the caller reserves the ids (auto_increment.py).
         self.auto_increment = auto_increment_column(table_info)
-        self._failure: BaseException | None = None
-        self._closed = False
+
+    def use_schemas(self, schemas: dict[int, Schema]) -> None:
+        """Learn the table's older schemas (the replica's history), so their rows can be read."""
+        self.schemas.update(schemas)
+        self._use_schema(self.table_info)
+
+    def table_altered(self, table_info: TableInfo) -> None:
+        """AlterTable: writes and reads from now on are in the new schema."""
+        self._use_schema(table_info)
+
+    def _upgrade(self, values: list[bytes | None]) -> list[bytes | None]:
+        upgrader = self._upgrader
+        if upgrader is None:
+            return values
+        return [None if v is None else upgrader.upgrade(v) for v in values]
 
     @classmethod
     def open(
@@ -226,17 +252,22 @@ class KvTablet:
         batch = KvRecordBatch.parse(kv_batch)
         if not batch.crc_is_valid():
             raise CorruptRecordError(f"kv record batch fails its CRC check (stored {batch.crc})")
+        records = batch.records
         if batch.schema_id != self._schema_id:
-            raise SchemaNotExistError(
-                f"kv record batch has schema id {batch.schema_id}, but table '{self.table_info.table_path}' "
-                f"has schema id {self._schema_id}"
-            )
+            if batch.schema_id not in self.schemas or self._upgrader is None:
+                raise SchemaNotExistError(
+                    f"kv record batch has schema id {batch.schema_id}, but table "
+                    f"'{self.table_info.table_path}' has schema id {self._schema_id}"
+                )
+            # a writer still on an older schema: its rows take the added columns as nulls
+            old_prefix = _SCHEMA_ID.pack(batch.schema_id)
+            upgrade = self._upgrader.upgrade
+            records = [(k, None if v is None else upgrade(old_prefix + v)[2:]) for k, v in records]
         merger = self._merger(target_columns)
         auto_increment = self.auto_increment
         if auto_increment is not None:
             auto_increment.check_targets(target_columns)
         behavior = merger.delete_behavior
-        records = batch.records
         self._key_check.check_null_keys([v for _, v in records if v is not None])
         allow_delete = behavior is DeleteBehavior.ALLOW
         if behavior is DeleteBehavior.DISABLE and any(v is None for _, v in records):
@@ -333,6 +364,9 @@ class KvTablet:
             except Exception as e:
                 raise KvStorageError(f"reading old rows from the kv store failed: {e}") from e
             state.update(zip(from_db, values, strict=True))
+        if self._upgrader is not None:  # rows written before an AlterTable
+            upgrade = self._upgrader.upgrade
+            state = {k: None if v is None else upgrade(v) for k, v in state.items()}
         return state
 
     def _build_changelog(
@@ -496,9 +530,10 @@ class KvTablet:
         if not keys:
             return []
         try:
-            return self._db.get(list(keys))  # type: ignore[no-any-return]
+            values = self._db.get(list(keys))
         except Exception as e:
             raise KvStorageError(f"reading from the kv store failed: {e}") from e
+        return self._upgrade(values)
 
     def prefix_lookup(self, prefixes: Sequence[bytes]) -> list[list[bytes]]:
         """For each prefix (an encoded bucket key), the stored values of the keys starting with it."""
@@ -518,6 +553,8 @@ class KvTablet:
                 out.append(values)
         except Exception as e:
             raise KvStorageError(f"prefix lookup in the kv store failed: {e}") from e
+        if self._upgrader is not None:
+            out = [self._upgrade(values) for values in out]  # type: ignore[misc]
         return out
 
     def limit_scan(self, limit: int) -> list[bytes]:
@@ -526,9 +563,10 @@ class KvTablet:
         if limit <= 0:
             return []
         try:
-            return list(itertools.islice(self._db.values(), limit))
+            values = list(itertools.islice(self._db.values(), limit))
         except Exception as e:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
+        return self._upgrade(values)  # type: ignore[return-value]
 
     def items(self) -> Iterable[tuple[bytes, bytes]]:
         """Every (key, stored value) in key order (tests, tools)."""

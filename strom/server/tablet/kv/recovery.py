@@ -26,6 +26,7 @@ from strom.record.change_type import ChangeType
 from strom.record.compacted_row import CompactedRowEncoder
 from strom.record.key_encoder import RowKeyEncoder, primary_key_encoder
 from strom.record.log_batch import iter_batches
+from strom.record.schema_evolution import evolve_records
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import LogTablet
 
@@ -128,7 +129,17 @@ def iter_recover(
                 if next_offset <= offset or header.record_count == 0:
                     offset = max(offset, next_offset)
                     continue
-                batch, change_types = decode_arrow_batch(records, pos, header, arrow_schema)
+                if header.schema_id == info.schema_id:
+                    batch, change_types = decode_arrow_batch(records, pos, header, arrow_schema)
+                else:  # a changelog batch from before an AlterTable
+                    old = kv.schemas.get(header.schema_id)
+                    if old is None:
+                        raise KvStorageError(
+                            f"changelog batch at offset {header.base_offset} of table '{info.table_path}' "
+                            f"has unknown schema id {header.schema_id}"
+                        )
+                    batch, change_types = decode_arrow_batch(records, pos, header, old.to_arrow_schema())
+                    batch = evolve_records(batch, old, info.schema)
                 columns = [column.to_pylist() for column in batch.columns]
                 row_offset = header.base_offset
                 for i, row in enumerate(zip(*columns, strict=True)):
