@@ -196,6 +196,13 @@ def tablet_server(
 @click.option(
     "--host", default="0.0.0.0", show_default=True, help="Address the metrics endpoint (if any) binds to."
 )
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting for the tiering application (repeatable), e.g. spark.executor.memory=2g.",
+)
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
@@ -206,6 +213,7 @@ def tiering(
     runner: str,
     poll_interval: float,
     host: str,
+    spark_conf: tuple[str, ...],
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
@@ -240,7 +248,9 @@ def tiering(
 
         work_dir.mkdir(parents=True, exist_ok=True)
         spark = spark_session(
-            app="strom-tiering", master=master, **{"spark.local.dir": str(work_dir.resolve())}
+            app="strom-tiering",
+            master=master,
+            **{"spark.local.dir": str(work_dir.resolve()), **parse_config_pairs(spark_conf)},
         )
         split_runner = SparkSplitRunner(spark)
     else:
@@ -310,6 +320,13 @@ def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
     help="Where tiering splits run: Spark executors, or in the tiering process itself.",
 )
 @click.option(
+    "--spark-master",
+    type=click.Choice(["local", "standalone"]),
+    default="local",
+    show_default=True,
+    help="Where the tiering service runs Spark: local mode, or a 2-worker standalone cluster started here.",
+)
+@click.option(
     "--zookeeper",
     "with_zookeeper",
     is_flag=True,
@@ -331,6 +348,7 @@ def local(
     lake_format: str,
     tiering: bool,
     tiering_runner: str,
+    spark_master: str,
     with_zookeeper: bool,
     coordinators: int,
     config_pairs: tuple[str, ...],
@@ -396,6 +414,12 @@ def local(
         if tiering
         else None
     )
+    spark_cluster = None
+    if spark_master == "standalone":
+        from strom.spark.standalone import start_for_local_cluster
+
+        with console.status("starting a Spark standalone cluster"):
+            spark_cluster = start_for_local_cluster(data_dir, host, tiering_process)
     local_cluster.serve_metrics([*servers, *([tiering_process] if tiering_process else [])], host)
     stopping = False
 
@@ -424,6 +448,8 @@ def local(
         console.print(f"[red]cluster failed to start:[/red] {e}")
         for server in reversed(servers):
             server.stop()
+        if spark_cluster is not None:
+            spark_cluster.stop()
         if zookeeper is not None:
             zookeeper.stop()
         sys.exit(1)
@@ -445,6 +471,8 @@ def local(
         ],
         "datalake": local_cluster.datalake_entry(lake_format, lake_properties),
     }
+    if spark_cluster is not None:
+        cluster["servers"] += spark_cluster.entries()
     if "zookeeper.address" in config:
         cluster["zookeeper"] = config["zookeeper.address"]
     local_cluster.write_cluster_json(data_dir, cluster)
@@ -455,6 +483,8 @@ def local(
     console.print(f"  lake: {lake_format} {lake_properties}")
     if tiering_process is not None:
         console.print(f"  tiering service: pid {tiering_process.pid}, log {tiering_process.log_path}")
+    if spark_cluster is not None:
+        console.print(f"  spark: {spark_cluster.master_url}, master UI http://{spark_cluster.master.ui}")
     console.print("  Ctrl-C stops it.")
     sys.stdout.flush()
     try:
@@ -477,6 +507,8 @@ def local(
         local_cluster.remove_cluster_json(data_dir)
         for server in reversed(servers):
             server.stop()
+        if spark_cluster is not None:
+            spark_cluster.stop()
         if zookeeper is not None:
             zookeeper.stop()
         console.print("stopped")

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -8,6 +11,7 @@ from harness import Cluster
 
 from strom.server.launcher import free_port
 from strom.server.zookeeper.local_server import LocalZooKeeper
+from strom.spark.standalone import StandaloneCluster, start_standalone
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +32,27 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalZooKeep
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """One Spark standalone cluster (a master and 2 workers, each its own JVM) for the test run. A test
+    that kills a worker starts a replacement before it ends, so the next test finds 2 workers."""
+    cluster = start_standalone(tmp_path_factory.mktemp("spark-standalone"), workers=2, cores=2)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def python_without_strom(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python for Spark executors that has Strom's dependencies but cannot import `strom`: a venv
+    whose site-packages adds ours as a plain path, so our editable install's finder (a .pth hook
+    there) never runs. Executors must get `strom` from the zip the driver ships."""
+    venv = tmp_path_factory.mktemp("executor-python")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site_packages = next((venv / "lib").glob("python3*/site-packages"))
+    (site_packages / "strom_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return venv / "bin" / "python"
 
 
 @pytest.fixture

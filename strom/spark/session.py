@@ -13,23 +13,34 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from strom.spark.shipping import with_package
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # What the data source itself needs on any session.
 REQUIRED_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
 
-# Local defaults: quiet, loopback only, UTC, few shuffle partitions for a small machine.
-LOCAL_CONF = {
-    "spark.ui.enabled": "false",
+# Defaults for every master: quiet console, UTC, a bounded wait for streams to stop.
+COMMON_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.session.timeZone": "UTC",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.streaming.stopTimeout": "30s",
     **REQUIRED_CONF,
 }
+
+# Local defaults: no UI, loopback only, few shuffle partitions for a small machine.
+LOCAL_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    **COMMON_CONF,
+}
+
+
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
 
 
 def _prepare_environment() -> None:
@@ -58,12 +69,15 @@ def session(app: str = "strom", master: str = "local[2]", **conf: Any) -> SparkS
 
     Extra Spark settings go in `conf` (``session(**{"spark.driver.memory": "2g"})``); they win over
     the defaults. An already running session is reused, and still gets the data source registered.
+    With a cluster master (``spark://``, ``yarn``, ``k8s://``) the `strom` package is shipped to the
+    executors as a zip in ``spark.submit.pyFiles`` (strom.spark.shipping), and the web UI is on.
     """
     _prepare_environment()
     from pyspark.sql import SparkSession
 
+    settings = {**LOCAL_CONF, **conf} if is_local(master) else with_package({**COMMON_CONF, **conf})
     builder = SparkSession.builder.master(master).appName(app)
-    for key, value in {**LOCAL_CONF, **conf}.items():
+    for key, value in settings.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

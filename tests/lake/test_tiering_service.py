@@ -76,7 +76,8 @@ async def create_tables(connection: Any) -> None:
 class Workload:
     """Writes to both tables and remembers what Fluss must hold."""
 
-    def __init__(self) -> None:
+    def __init__(self, events_per_write: int = 500) -> None:
+        self.events_per_write = events_per_write
         self.next_id = 0
         self.balances: dict[int, float] = {}
         self.round = 0
@@ -85,10 +86,10 @@ class Workload:
         self.round += 1
         events = await connection.get_table(fluss.TablePath("fluss", "events"))
         writer = events.new_append().create_writer()
-        ids = list(range(self.next_id, self.next_id + 500))
+        ids = list(range(self.next_id, self.next_id + self.events_per_write))
         writer.write_arrow(pa.table({"id": pa.array(ids, pa.int64()), "name": [f"e{i}" for i in ids]}))
         await writer.flush()
-        self.next_id += 500
+        self.next_id += self.events_per_write
         accounts = await connection.get_table(fluss.TablePath("fluss", "accounts"))
         upserts = accounts.new_upsert().create_writer()
         for key in range(self.round * 7 % 40, 60, 3):

@@ -148,6 +148,12 @@ class TieringService:
             await self._connection.close()
 
     async def _tier(self, assignment: Assignment) -> None:
+        log.info(
+            "tiering %s (table id %d, tiering epoch %d)",
+            assignment.path,
+            assignment.table_id,
+            assignment.epoch,
+        )
         beating = asyncio.create_task(self._keep_alive(assignment))
         try:
             stats = await self._round(assignment)
