@@ -52,6 +52,13 @@ def executors(ui_port: int, which: str = "executors") -> list[dict[str, Any]]:
     return [e for e in get_json(f"{base}/{app}/{which}") if e["id"] != "driver"]
 
 
+def failed_tasks(ui_port: int) -> int:
+    """Task attempts the tiering application's stages lost (to a killed executor, here)."""
+    base = f"http://127.0.0.1:{ui_port}/api/v1/applications"
+    app = get_json(base)[0]["id"]
+    return sum(s["numFailedTasks"] for s in get_json(f"{base}/{app}/stages"))
+
+
 def worker_running(spark: StandaloneCluster, app_name: str, executor_id: str) -> int:
     """Index of the worker whose JVM runs that executor of the (only active) app named `app_name`."""
     app_id = next(a["id"] for a in spark.state()["activeapps"] if a["name"] == app_name)
@@ -97,22 +104,29 @@ def test_tiering_on_standalone_survives_a_killed_worker_and_a_killed_driver(
         ran = {e["id"]: e["totalTasks"] for e in executors(ui_port)}
         assert ran and sum(ran.values()) > 0, ran
 
-        # SIGKILL a worker (and its executors) while the REST API reports one of them running a
-        # tiering task; Spark runs the lost tasks again on the other worker's executor
-        workload.events_per_write = 300_000  # rounds long enough to be caught in
-        session(cluster, workload.write)
-        workload.events_per_write = 500
-        deadline = time.monotonic() + 60
-        while not (busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]):
-            assert time.monotonic() < deadline, "no tiering task ran"
-            time.sleep(0.02)
-        spark_standalone.kill_worker(worker_running(spark_standalone, "strom-tiering", busy[0]))
-        session(cluster, workload.write)
-        wait_until_lake_matches(config, duck, workload, timeout=120)
-        assert "Lost executor" in log.read_text()
-        assert [e for e in executors(ui_port, "allexecutors") if not e["isActive"]]
-        spark_standalone.add_worker(cores=2)  # the cluster gets a replacement
-        spark_standalone.wait_for_workers(2)
+        # SIGKILL a worker (and its executors) while one of them runs a tiering task of a big round
+        # (Spark counts the task failed and runs it again on the other worker); a kill that came just
+        # after the task ended is tried again
+        kills = 0
+        while not failed_tasks(ui_port):
+            assert kills < 4, "never caught an executor running a tiering task"
+            workload.events_per_write = 1_000_000  # a round long enough to be caught in
+            session(cluster, workload.write)
+            workload.events_per_write = 500
+            rounds = log.read_text().count("tiering fluss.events (")
+            deadline = time.monotonic() + 60
+            while log.read_text().count("tiering fluss.events (") == rounds or not (
+                busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
+            ):
+                assert time.monotonic() < deadline, "no tiering task ran"
+                time.sleep(0.02)
+            spark_standalone.kill_worker(worker_running(spark_standalone, "strom-tiering", busy[0]))
+            kills += 1
+            spark_standalone.add_worker(cores=2)  # the cluster gets a replacement
+            spark_standalone.wait_for_workers(2)
+            session(cluster, workload.write)
+            wait_until_lake_matches(config, duck, workload, timeout=120)
+        assert len([e for e in executors(ui_port, "allexecutors") if not e["isActive"]]) >= kills
 
         # SIGKILL the driver; a new service resumes from the lake's offsets
         service.send_signal(signal.SIGKILL)
