@@ -207,9 +207,14 @@ def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.
     )
     try:
         assert process.stdout is not None
+        output = []
         for line in process.stdout:
+            output.append(line)
             if "cluster ready" in line:
                 break
+        else:
+            logs = "".join(p.read_text()[-2000:] for p in sorted((data_dir / "logs").glob("*.log")))
+            raise AssertionError("strom local did not start:\n" + "".join(output) + logs)
         cluster_json = json.loads((data_dir / "cluster.json").read_text())
         assert "tiering" in {s["role"] for s in cluster_json["servers"]}
         lake = cluster_json["datalake"]
