@@ -182,3 +182,32 @@ def test_replacing_a_dead_server_with_remove_server(tmp_path: Path) -> None:
         assert acked <= set(ids) and len(ids) == len(set(ids))
     finally:
         cluster.stop()
+
+
+def test_a_cancelled_rebalance_stays_cancelled(tmp_path: Path) -> None:
+    cluster = two_servers_then_a_third(tmp_path)
+    try:
+        asyncio.run(create_table(cluster.bootstrap, LOG_TABLE, buckets=BUCKETS, replication=2))
+        cluster.start_tablet_server(2)
+        cluster.wait_for_tablet_servers({0, 1, 2})
+        new_server = cluster.tablet_servers[2].process
+        assert new_server is not None
+        os.kill(new_server.pid, signal.SIGSTOP)  # its new replicas cannot catch up: moves stay in flight
+        try:
+            strom("rebalance", "--bootstrap", cluster.bootstrap, "--no-wait")
+            strom("rebalance", "--bootstrap", cluster.bootstrap, "--cancel")
+        finally:
+            os.kill(new_server.pid, signal.SIGCONT)
+
+        async def progress() -> Any:
+            async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+                return await conn.get_admin().list_rebalance_progress()
+
+        # the moves that had started finish; the task, and the buckets never started, stay cancelled
+        wait_for(lambda: all(b.status != "REBALANCING" for b in asyncio.run(progress()).buckets), timeout=60)
+        time.sleep(1)
+        cancelled = asyncio.run(progress())
+        assert cancelled.status == "CANCELED"
+        assert {b.status for b in cancelled.buckets} <= {"CANCELED", "COMPLETED"}
+    finally:
+        cluster.stop()

@@ -123,6 +123,8 @@ class RebalanceManager:
         self.membership = membership
         self.controller = controller
         self._runner: asyncio.Task[None] | None = None
+        # the task the runner executes: a cancel changes this object, which the runner saves as it goes
+        self._running: RebalanceTask | None = None
         self._cancelled = False
 
     # ---- server tags
@@ -239,6 +241,9 @@ class RebalanceManager:
         self, request: pb.CancelRebalanceRequest, ctx: RequestContext
     ) -> pb.CancelRebalanceResponse:
         task = self._task_for(request.rebalance_id if request.HasField("rebalance_id") else None)
+        running = self._running
+        if running is not None and running.rebalance_id == task.rebalance_id:
+            task = running  # else the runner's next save would bring back the old status
         if task.status.final:
             raise NoRebalanceInProgressError(f"rebalance {task.rebalance_id} is already {task.status.name}")
         # buckets in the middle of a move finish it; the others are not started
@@ -267,6 +272,7 @@ class RebalanceManager:
         if task is None or task.status.final or (self._runner is not None and not self._runner.done()):
             return
         self._cancelled = False
+        self._running = task
         self._runner = asyncio.get_running_loop().create_task(self._run(task), name="rebalance")
 
     async def stop(self) -> None:
