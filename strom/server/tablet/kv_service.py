@@ -137,11 +137,17 @@ class KvService:
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
             replicated = await asyncio.gather(
-                *(replica.wait_for_high_watermark(end, timeout) for _, replica, end in waits)
+                *(replica.wait_for_high_watermark(end, timeout) for _, replica, end in waits),
+                return_exceptions=True,
             )
             for (result, replica, end), done in zip(waits, replicated, strict=True):
                 self._flush_committed(replica)
-                if not done:
+                if isinstance(done, FlussError):  # the replica stopped leading while it waited
+                    result.ClearField("log_end_offset")
+                    _set_error(result, done)
+                elif isinstance(done, BaseException):
+                    raise done
+                elif not done:
                     result.ClearField("log_end_offset")
                     _set_error(
                         result,

@@ -164,10 +164,16 @@ class LogService:
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
             replicated = await asyncio.gather(
-                *(r.wait_for_high_watermark(end, timeout) for _, r, end in waits)
+                *(r.wait_for_high_watermark(end, timeout) for _, r, end in waits),
+                return_exceptions=True,
             )
             for (result, replica, end), done in zip(waits, replicated, strict=True):
-                if not done:
+                if isinstance(done, FlussError):  # the replica stopped leading while it waited
+                    result.ClearField("base_offset")
+                    _set_error(result, done)
+                elif isinstance(done, BaseException):
+                    raise done
+                elif not done:
                     result.ClearField("base_offset")
                     _set_error(
                         result,

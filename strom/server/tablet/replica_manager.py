@@ -113,7 +113,8 @@ class Replica:
             self.notify_appended()  # clients long-poll on the high watermark, not the log end
 
     async def wait_for_high_watermark(self, offset: int, timeout: float) -> bool:
-        """Until the high watermark reaches `offset` (acks=all); False on timeout."""
+        """Until the high watermark reaches `offset` (acks=all); False on timeout. Raises
+        NotLeaderOrFollowerError when this replica stops leading first (see `give_up_leadership`)."""
         if self.log_tablet().high_watermark >= offset:
             return True
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -123,6 +124,28 @@ class Replica:
             return True
         except TimeoutError:
             return False
+
+    def give_up_leadership(self, why: str) -> None:
+        """Fail the acks=all writes still waiting here: a follower's high watermark follows another
+        leader, so they would only time out. Answered NOT_LEADER_OR_FOLLOWER at once, the writer
+        refreshes its metadata and retries on the new leader (Kafka completes its delayed produces
+        the same way)."""
+        waiters, self.hw_waiters = self.hw_waiters, []
+        for _, waiter in waiters:
+            if not waiter.done():
+                waiter.set_exception(NotLeaderOrFollowerError(f"{self.bucket} {why}"))
+
+    def apply_isr_change(self, isr: tuple[int, ...], leader_epoch: int, bucket_epoch: int) -> bool:
+        """Take an ISR the coordinator accepted, unless newer state already arrived: the answer to an
+        AdjustIsr can be overtaken by a NotifyLeaderAndIsr (a reassignment, a new leader) sent after
+        the coordinator accepted it, and an older ISR must not overwrite it — it may name a replica
+        that was removed since, and acks=all writes would wait for that replica forever."""
+        if leader_epoch != self.leader_epoch or bucket_epoch <= self.bucket_epoch:
+            return False
+        self.isr = isr
+        self.bucket_epoch = bucket_epoch
+        self.maybe_advance_high_watermark()
+        return True
 
     def isr_change(self, max_lag: float) -> tuple[int, ...] | None:
         """The ISR this leader should propose: laggards out, caught-up followers in (or None)."""
@@ -333,6 +356,7 @@ class ReplicaManager:
             replica.maybe_advance_high_watermark()
             self.on_leader(replica)
         else:
+            replica.give_up_leadership(f"is now a follower of server {leader} (leader epoch {leader_epoch})")
             if new_term:
                 # What this replica wrote beyond the new leader's log goes before it fetches: the fetcher
                 # asks the leader where this replica's last epoch ends (KIP-101), see replica_fetcher.py.
@@ -357,6 +381,7 @@ class ReplicaManager:
         if delete and replica is not None and not any(b.table_id == bucket.table_id for b in self.replicas):
             self.deleted_tables.add(bucket.table_id)
         if replica is not None:
+            replica.give_up_leadership("is no longer on this server")
             self.on_stopped(replica)
             replica.close()
         if replica is not None and delete:

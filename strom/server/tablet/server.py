@@ -449,11 +449,17 @@ class TabletServer:
                 if result.HasField("error_code") and result.error_code != 0:
                     log.info("ISR change of %s refused: %s", replica.bucket, result.error_message)
                     continue
+                before = len(replica.isr)
+                if not replica.apply_isr_change(tuple(result.isr), result.leader_epoch, result.bucket_epoch):
+                    log.info(
+                        "ISR change of %s to %s overtaken by newer state (bucket epoch %d)",
+                        replica.bucket,
+                        list(result.isr),
+                        replica.bucket_epoch,
+                    )
+                    continue
                 log.info("ISR of %s is now %s", replica.bucket, list(result.isr))
-                self.tablet_metrics.isr_changed(len(replica.isr), len(result.isr))
-                replica.isr = tuple(result.isr)
-                replica.bucket_epoch = result.bucket_epoch
-                replica.maybe_advance_high_watermark()
+                self.tablet_metrics.isr_changed(before, len(result.isr))
 
     # ---- tables
 
