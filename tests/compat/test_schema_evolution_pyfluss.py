@@ -4,6 +4,7 @@ keep their schema id and are read under the new schema with the added column nul
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
@@ -156,3 +157,56 @@ def test_pyfluss_looks_up_and_reads_a_pk_table_across_add_column(shared_cluster:
     assert ("+U", {"id": 1, "name": "new-1", "note": "filled"}) in changes
     assert ("+U", {"id": 5, "name": "old-writer-5", "note": None}) in changes
     assert ("+I", {"id": 6, "name": "old-writer-6", "note": None}) in changes
+
+
+def test_pyfluss_reads_tiered_segments_written_before_add_column(cluster_factory: Any) -> None:
+    """Segments copied to remote storage before AddColumn are read under the new schema too."""
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1,
+        config={"log.segment.file-size": "4kb", "remote.log.task-interval-duration": "200ms"},
+    )
+    path = fluss.TablePath("fluss", "tiered_evolve")
+
+    async def before(connection: Any) -> None:
+        properties = {"table.log.tiered.local-segments": "1", "table.log.arrow.compression.type": "NONE"}
+        await connection.get_admin().create_table(
+            path, fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
+        )
+        table = await connection.get_table(path)
+        writer = table.new_append().create_writer()
+        for start in range(0, 1000, 50):  # many small batches: many 4 KB segments
+            writer.write_arrow_batch(
+                pa.RecordBatch.from_pylist(
+                    [{"id": i, "name": f"old-{i}"} for i in range(start, start + 50)], schema=SCHEMA
+                )
+            )
+            await writer.flush()
+
+    run_pyfluss(cluster.bootstrap, before)
+    remote = cluster.base_dir / "remote" / "log"
+    deadline = time.monotonic() + 30
+    while len(list(remote.rglob("*.log"))) < 3 or (
+        len(list((cluster.tablet_servers[0].data_dir / "fluss").rglob("*.log"))) > 2
+    ):
+        assert time.monotonic() < deadline, "segments were not tiered and trimmed locally"
+        time.sleep(0.2)
+
+    add_column(cluster, path, "note", pa.string())
+
+    async def after(connection: Any) -> tuple[pa.Table, pa.Table]:
+        table = await connection.get_table(path)
+        writer = table.new_append().create_writer()
+        for i in range(1000, 1010):
+            writer.append({"id": i, "name": f"new-{i}", "note": f"note-{i}"})
+        await writer.flush()
+        return await read_all(table, 1), await read_all(table, 1, ["id", "note"])
+
+    everything, projected = run_pyfluss(cluster.bootstrap, after)
+    notes = [None] * 1000 + [f"note-{i}" for i in range(1000, 1010)]
+    everything = everything.sort_by("id")
+    assert everything.column_names == ["id", "name", "note"]
+    assert everything.column("id").to_pylist() == list(range(1010))
+    assert everything.column("name").to_pylist()[:1000] == [f"old-{i}" for i in range(1000)]
+    assert everything.column("note").to_pylist() == notes
+    projected = projected.sort_by("id")
+    assert projected.column_names == ["id", "note"] and projected.column("note").to_pylist() == notes

@@ -40,7 +40,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.rpc.wire_fields import length_delimited
 from strom.server.tablet.fetch_response import encode_fetch_response
-from strom.server.tablet.remote_log import remote_fetch_info
+from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,11 @@ class _Evolution:
             )
         evolved = evolve_arrow_batch(buf, pos, header, old, self.schemas[self.schema_id], self.schema_id)
         return evolved, 0, read_header(evolved)
+
+
+def _holds_older_schemas(remote: RemoteLog, offset: int, evolution: _Evolution) -> bool:
+    segments = remote.covering(offset, max_segments=1)
+    return bool(segments) and segments[0].needs_current_schema(evolution.schema_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,21 +230,31 @@ class LogService:
         earliest = earliest_offset(replica)
         if fetch_offset == EARLIEST_OFFSET:
             fetch_offset = earliest
-        if (
-            fetch_offset < tablet.log_start_offset
-            and replica.remote is not None
-            and remote_fetch_info(
+        scanned = None
+        if fetch_offset < tablet.log_start_offset and replica.remote is not None:
+            if plan.evolution is not None and _holds_older_schemas(
+                replica.remote, fetch_offset, plan.evolution
+            ):
+                # batches of an older schema in remote storage: rebuilt here as local ones are (a
+                # bounded read of the shared remote directory, on the loop like local reads)
+                scanned = read_remote_batches(replica.remote, fetch_offset, max_bytes)
+            elif remote_fetch_info(
                 replica.remote, fetch_offset, replica.partition_name, result.remote_log_fetch_info
-            )
-        ):
-            # tiered data: the client downloads these segments from remote storage itself
+            ):
+                # tiered data: the client downloads these segments from remote storage itself
+                result.high_watermark = tablet.high_watermark
+                result.log_start_offset = earliest
+                return sum(
+                    s.segment_size_in_bytes for s in result.remote_log_fetch_info.remote_log_segments
+                ), b""
+        if scanned is None:
+            fetched = tablet.read(fetch_offset, max_bytes, max_offset=tablet.high_watermark)
+            result.high_watermark = fetched.high_watermark
+            scanned = fetched.records
+        else:
             result.high_watermark = tablet.high_watermark
-            result.log_start_offset = earliest
-            return sum(s.segment_size_in_bytes for s in result.remote_log_fetch_info.remote_log_segments), b""
-        fetched = tablet.read(fetch_offset, max_bytes, max_offset=tablet.high_watermark)
-        result.high_watermark = fetched.high_watermark
         result.log_start_offset = earliest
-        records = fetched.records
+        records = scanned
         if records and (
             plan.projection is not None or plan.batch_filter is not None or plan.evolution is not None
         ):
@@ -266,7 +281,7 @@ class LogService:
                 # lets the client move past batches the filter pruned
                 result.filtered_end_offset = scanned_end
             records = b"".join(kept)
-        return len(fetched.records), records
+        return len(scanned), records
 
     def _read_for_follower(
         self,

@@ -4,8 +4,11 @@ newest `table.log.tiered.local-segments` of them on local disk.
 Remote layout (what Fluss clients download from): `<remote>/log/<db>/<table>-<id>[/<partition>-p<pid>]/
 <bucket>/<segment id>/<base offset, 20 digits>.log`, plus `manifest.json` in the bucket directory listing
 the remote segments. A fetch below the local log start is answered with `remote_log_fetch_info`, and the
-client reads those segments itself. Only log tables are tiered: a primary-key table's changelog stays
-local because it rebuilds the KV state.
+client reads those segments itself — except segments holding batches of an older schema of a table that
+has since added columns: clients (pyfluss 1.0) read every batch with the current schema, so the server
+reads those segments itself and answers with the batches rebuilt under the current schema, as it does
+for local ones. Only log tables are tiered: a primary-key table's changelog stays local because it
+rebuilds the KV state.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import fsspec
 
+from strom.record.log_batch import V0_HEADER_SIZE, iter_batches, read_header
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -35,6 +39,12 @@ class RemoteSegment:
     end_offset: int  # exclusive: the next segment's base offset
     size: int
     max_timestamp: int
+    # the oldest schema id of its batches; None in manifests written before it was recorded
+    min_schema_id: int | None = None
+
+    def needs_current_schema(self, schema_id: int) -> bool:
+        """Whether a reader on `schema_id` needs some of its batches rebuilt (or may: unknown)."""
+        return self.min_schema_id is None or self.min_schema_id != schema_id
 
 
 @dataclass
@@ -121,10 +131,15 @@ class RemoteLogManager:
         for segment in todo:
             segment_id = uuid.uuid4().hex
             target = f"{remote.tablet_dir}/{segment_id}/{segment.base_offset:020d}.log"
-            await asyncio.to_thread(self._upload, str(segment.path), target)
+            min_schema_id = await asyncio.to_thread(self._upload, str(segment.path), target)
             remote.segments.append(
                 RemoteSegment(
-                    segment_id, segment.base_offset, segment.next_offset, segment.size, segment.max_timestamp
+                    segment_id,
+                    segment.base_offset,
+                    segment.next_offset,
+                    segment.size,
+                    segment.max_timestamp,
+                    min_schema_id,
                 )
             )
         expired = self._expire(replica, remote)
@@ -142,9 +157,12 @@ class RemoteLogManager:
         self._trim_local(replica, remote)
         return len(todo)
 
-    def _upload(self, source: str, target: str) -> None:
+    def _upload(self, source: str, target: str) -> int | None:
+        """Copy a closed segment; returns the oldest schema id of its batches."""
         self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         self.fs.put_file(source, target)
+        with open(source, "rb") as f:
+            return oldest_schema_id(f)
 
     def _write_manifest(self, remote: RemoteLog) -> str:
         path = f"{remote.tablet_dir}/{MANIFEST}"
@@ -197,3 +215,46 @@ def remote_fetch_info(remote: RemoteLog, offset: int, partition_name: str | None
         )
     target.first_start_pos = 0  # the client skips the rows below its fetch offset
     return True
+
+
+def oldest_schema_id(f: Any) -> int | None:
+    """The smallest schema id among the batches of a segment file, reading only their headers."""
+    found: int | None = None
+    pos = 0
+    while True:
+        f.seek(pos)
+        head = f.read(V0_HEADER_SIZE)
+        if len(head) < V0_HEADER_SIZE:
+            return found
+        header = read_header(head)
+        found = header.schema_id if found is None else min(found, header.schema_id)
+        pos += header.size
+
+
+def read_remote_batches(remote: RemoteLog, offset: int, max_bytes: int) -> bytes:
+    """Whole batches of the remote segment holding `offset`, from the batch that contains it: at least
+    one batch, then as many as fit in `max_bytes` (for segments the server hands over rebuilt)."""
+    segments = remote.covering(offset, max_segments=1)
+    if not segments:
+        return b""
+    segment = segments[0]
+    fs, path = fsspec.core.url_to_fs(
+        f"{remote.tablet_dir}/{segment.segment_id}/{segment.start_offset:020d}.log"
+    )
+    with fs.open(path, "rb") as f:
+        pos = 0
+        while True:  # skip the batches below the offset, reading headers only
+            f.seek(pos)
+            head = f.read(V0_HEADER_SIZE)
+            if len(head) < V0_HEADER_SIZE:
+                return b""
+            header = read_header(head)
+            if header.next_offset > offset:
+                break
+            pos += header.size
+        f.seek(pos)
+        data = f.read(max(max_bytes, header.size))
+    end = 0
+    for batch_pos, batch in iter_batches(data):
+        end = batch_pos + batch.size
+    return data[:end]
