@@ -33,6 +33,7 @@ from strom.rpc.framing import (
 )
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.limits import MemoryBudget, RpcLimits
+from strom.rpc.request_parse import parse_request
 
 log = logging.getLogger(__name__)
 
@@ -418,9 +419,8 @@ class _Connection(asyncio.Protocol):
                 raise AuthenticateError(
                     f"{spec.key.name} refused: the connection has not completed SASL authentication"
                 )
-            request = spec.request_type()
             try:
-                request.ParseFromString(body)
+                request = parse_request(spec, body)
             except DecodeError as e:
                 raise CorruptMessageError(f"cannot parse {spec.request_type.__name__}: {e}") from None
             guard = server.guard

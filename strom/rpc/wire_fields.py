@@ -47,3 +47,49 @@ def length_delimited(message: memoryview, field_number: int) -> Iterator[memoryv
             raise ValueError(f"unexpected wire type {wire_type}")
         if pos > end:
             raise ValueError("field runs past the end of the message")
+
+
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def without_contents(message: memoryview, path: tuple[int, ...]) -> bytearray:
+    """A copy of `message` in which every length-delimited field reached by the field numbers `path`
+    (e.g. (4, 3): field 3 of every field-4 message) is present but empty. Lets protobuf parse a
+    request without copying the large fields a handler reads as views of the original. Raises
+    ValueError on anything it cannot walk (the caller then parses the original, which says why)."""
+    out = bytearray()
+    pos, end = 0, len(message)
+    while pos < end:
+        start = pos
+        key, pos = _varint(message, pos)
+        wire_type = key & 7
+        if wire_type == _VARINT:
+            _, pos = _varint(message, pos)
+        elif wire_type == _I64:
+            pos += 8
+        elif wire_type == _I32:
+            pos += 4
+        elif wire_type == _LEN:
+            key_end = pos
+            size, data = _varint(message, pos)
+            pos = data + size
+            if pos > end:
+                raise ValueError("field runs past the end of the message")
+            if key >> 3 == path[0]:
+                inner = b"" if len(path) == 1 else without_contents(message[data:pos], path[1:])
+                out += message[start:key_end]
+                out += _varint_bytes(len(inner))
+                out += inner
+                continue
+        else:
+            raise ValueError(f"unexpected wire type {wire_type}")
+        if pos > end:
+            raise ValueError("field runs past the end of the message")
+        out += message[start:pos]
+    return out
