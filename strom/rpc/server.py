@@ -179,12 +179,14 @@ class RpcServer:
 
 # frames at least this large are received into a buffer of their own (see _Connection.frame)
 DIRECT_FRAME_BYTES = 256 * 1024
+# what the socket is read into between large frames (each connection has one)
+RECEIVE_BUFFER_BYTES = 64 * 1024
 
 # requests that cannot be understood at all: worth a line in the log (with the peer, not the payload)
 _MALFORMED = (CorruptMessageError, UnsupportedVersionError)
 
 
-class _Connection(asyncio.Protocol):
+class _Connection(asyncio.BufferedProtocol):
     def __init__(self, server: RpcServer) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -195,6 +197,10 @@ class _Connection(asyncio.Protocol):
         self.frame: bytearray | None = None
         self.frame_filled = 0
         self.frame_header: RequestHeader | None = None
+        # The transport reads the socket straight into `frame` while one is being received, otherwise
+        # into `received` (asyncio.BufferedProtocol): no copy between the socket and a large body.
+        self.received = bytearray(RECEIVE_BUFFER_BYTES)
+        self.reading_into_frame = False
         self.tasks: set[asyncio.Task[None]] = set()
         self.session = Session(peer="?", listener=server.listener)
         if server.guard is not None and not server.sasl:
@@ -276,7 +282,26 @@ class _Connection(asyncio.Protocol):
             return f"no request for {limits.idle_timeout:.0f}s"
         return None
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        self.reading_into_frame = self.frame is not None and not self.discard
+        if self.reading_into_frame:
+            assert self.frame is not None
+            return memoryview(self.frame)[self.frame_filled :]
+        return memoryview(self.received)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if not self.reading_into_frame:
+            self.data_received(memoryview(self.received)[:nbytes])
+            return
+        self.last_data = time.monotonic()
+        self.frame_filled += nbytes
+        assert self.frame is not None
+        if self.frame_filled == len(self.frame):
+            self._frame_complete()
+        self._update_reading()
+
+    def data_received(self, data: bytes | memoryview) -> None:
+        """Bytes read from the socket into `received`; frames are cut from the connection buffer."""
         self.last_data = time.monotonic()
         if self.discard:
             skipped = min(self.discard, len(data))
@@ -357,21 +382,25 @@ class _Connection(asyncio.Protocol):
         self.frame, self.frame_filled = frame, end - start
         self.frame_header = RequestHeader(key, version, request_id)
 
-    def _fill_frame(self, data: bytes) -> bytes:
+    def _fill_frame(self, data: bytes | memoryview) -> bytes | memoryview:
         """Copy incoming bytes into the frame being received; dispatch it once complete. Returns what
         follows the frame in `data`."""
         frame = self.frame
-        assert frame is not None and self.frame_header is not None
+        assert frame is not None
         n = min(len(frame) - self.frame_filled, len(data))
         memoryview(frame)[self.frame_filled : self.frame_filled + n] = memoryview(data)[:n]
         self.frame_filled += n
         if self.frame_filled < len(frame):
             return b""
-        header = self.frame_header
+        self._frame_complete()
+        return data[n:]
+
+    def _frame_complete(self) -> None:
+        frame, header = self.frame, self.frame_header
+        assert frame is not None and header is not None
         self.frame, self.frame_header, self.frame_filled = None, None, 0
         self.last_request = self.last_data
         self._dispatch(header, frame, REQUEST_HEADER.size + len(frame))
-        return data[n:]
 
     # ---- request handling
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import random
 import struct
 
 import pytest
+import uvloop
 
 from strom.common.errors import (
     CorruptMessageError,
@@ -139,3 +142,47 @@ def test_requests_time_out_and_closed_connections_fail_fast() -> None:
             await pending
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_large_and_small_frames_split_anywhere_are_received_whole(loop: str) -> None:
+    """Large request bodies are read from the socket straight into a buffer of their own, small ones
+    through the connection buffer: a stream of both, cut into pieces at every kind of place (inside a
+    length, a header, a large body, with the next frames in the same piece), is received intact."""
+
+    async def echo(request: pb.ListTablesRequest, ctx: RequestContext) -> pb.ListTablesResponse:
+        name = request.database_name
+        return pb.ListTablesResponse(table_name=[f"{len(name)}:{hashlib.sha256(name.encode()).hexdigest()}"])
+
+    sizes = [10, 300_000, 5, 2_000_000, 1, 70_000, 1_000_000, 3]
+    names = [random.Random(i).choice("abcdefgh") * size for i, size in enumerate(sizes)]
+    stream = b"".join(
+        encode_request(ApiKey.LIST_TABLES, 0, i, pb.ListTablesRequest(database_name=n).SerializeToString())
+        for i, n in enumerate(names)
+    )
+    rng = random.Random(7)
+
+    async def main() -> None:
+        server = await _serve({ApiKey.LIST_TABLES: echo})
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        pos = 0
+        while pos < len(stream):
+            step = rng.choice([1, 3, 7, 4096, 65_536, 300_001, 1_500_000])
+            writer.write(stream[pos : pos + step])
+            await writer.drain()
+            await asyncio.sleep(0)
+            pos += step
+        answers = {}
+        for _ in names:
+            length, kind, request_id = struct.unpack(">ibi", await reader.readexactly(9))
+            assert kind == 0
+            answers[request_id] = pb.ListTablesResponse.FromString(await reader.readexactly(length - 5))
+        for i, n in enumerate(names):
+            assert list(answers[i].table_name) == [f"{len(n)}:{hashlib.sha256(n.encode()).hexdigest()}"]
+        writer.close()
+        await server.close()
+
+    if loop == "uvloop":
+        uvloop.run(main())
+    else:
+        asyncio.run(main())
