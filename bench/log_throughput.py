@@ -44,9 +44,10 @@ def make_batch(rows: int) -> pa.RecordBatch:
 
 async def strom_run(
     bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int, name: str, server: int | None
-) -> tuple[float, float, int, float, float]:
-    """Wall seconds of the append and of the read, rows read back, and the CPU seconds the tablet
-    server (process `server`) spent on each."""
+) -> tuple[float, float, int, float, float, float]:
+    """Wall seconds of the append and of the read, rows read back, the CPU seconds the tablet
+    server (process `server`) spent on each, and the CPU seconds of this process (pyfluss's threads)
+    during the append."""
     connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
     admin = connection.get_admin()
     path = fluss.TablePath("fluss", name)
@@ -55,13 +56,14 @@ async def strom_run(
     await admin.create_table(path, fluss.TableDescriptor(schema, bucket_count=buckets, properties=properties))
     table = await connection.get_table(path)
     writer = table.new_append().create_writer()
-    cpu = cpu_seconds(server)
+    cpu, client_cpu = cpu_seconds(server), cpu_seconds()
     start = time.perf_counter()
     for _ in range(count):
         writer.write_arrow_batch(batch)
     await writer.flush()
     write_seconds = time.perf_counter() - start
     write_cpu = cpu_seconds(server) - cpu
+    client_cpu = cpu_seconds() - client_cpu
 
     scanner = await table.new_scan().create_record_batch_log_scanner()
     scanner.subscribe_buckets({b: fluss.EARLIEST_OFFSET for b in range(buckets)})
@@ -71,7 +73,7 @@ async def strom_run(
     read_seconds = time.perf_counter() - start
     read_cpu = cpu_seconds(server) - cpu
     await connection.close()
-    return write_seconds, read_seconds, result.num_rows, write_cpu, read_cpu
+    return write_seconds, read_seconds, result.num_rows, write_cpu, read_cpu, client_cpu
 
 
 def log_write_reference(path: Path, payload: bytes, count: int) -> tuple[float, float]:
@@ -140,17 +142,18 @@ def main() -> None:
     megabytes_wanted = args.mb * (5 if args.large else 1)
     count = max(1, megabytes_wanted * 1024 * 1024 // len(payload))
     megabytes = count * len(payload) / 1e6
-    writes, reads, write_cpus, read_cpus, files, file_cpus = [], [], [], [], [], []
+    writes, reads, write_cpus, read_cpus, files, file_cpus, client_cpus = [], [], [], [], [], [], []
     with cluster() as running, tempfile.TemporaryDirectory() as tmp:
         server = running.tablet_servers[0].pid
         for run in range(args.runs):
-            write_s, read_s, rows, write_cpu, read_cpu = asyncio.run(
+            write_s, read_s, rows, write_cpu, read_cpu, client_cpu = asyncio.run(
                 strom_run(running.bootstrap, batch, count, args.buckets, f"bench{run}", server)
             )
             assert rows == count * batch.num_rows, f"read back {rows} rows, wrote {count * batch.num_rows}"
             writes.append(write_s)
             reads.append(read_s)
             write_cpus.append(write_cpu)
+            client_cpus.append(client_cpu)
             read_cpus.append(read_cpu)
             file_s, file_cpu = log_write_reference(Path(tmp) / f"log{run}", payload, count)
             files.append(file_s)
@@ -188,6 +191,14 @@ def main() -> None:
             Row(
                 "append: tablet server CPU s per GB",
                 statistics.median(write_cpus) / gigabytes,
+                statistics.median(file_cpus) / gigabytes,
+                "s/GB",
+                "log-like file append, CPU",
+                higher_is_better=False,
+            ),
+            Row(
+                "append: pyfluss client CPU s per GB",
+                statistics.median(client_cpus) / gigabytes,
                 statistics.median(file_cpus) / gigabytes,
                 "s/GB",
                 "log-like file append, CPU",
