@@ -25,13 +25,15 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def length_delimited(message: memoryview, field_number: int) -> Iterator[memoryview]:
-    """Every occurrence of length-delimited field `field_number` at the top level of `message`, in
-    order, as views of `message`."""
+def _fields(message: memoryview) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, start, data start, end) of each top-level field of `message`; for a
+    length-delimited field the data is its contents, for the others its value."""
     pos, end = 0, len(message)
     while pos < end:
+        start = pos
         key, pos = _varint(message, pos)
         wire_type = key & 7
+        data = pos
         if wire_type == _VARINT:
             _, pos = _varint(message, pos)
         elif wire_type == _I64:
@@ -39,14 +41,21 @@ def length_delimited(message: memoryview, field_number: int) -> Iterator[memoryv
         elif wire_type == _I32:
             pos += 4
         elif wire_type == _LEN:
-            size, pos = _varint(message, pos)
-            if key >> 3 == field_number:
-                yield message[pos : pos + size]
-            pos += size
+            size, data = _varint(message, pos)
+            pos = data + size
         else:
             raise ValueError(f"unexpected wire type {wire_type}")
         if pos > end:
             raise ValueError("field runs past the end of the message")
+        yield key >> 3, wire_type, start, data, pos
+
+
+def length_delimited(message: memoryview, field_number: int) -> Iterator[memoryview]:
+    """Every occurrence of length-delimited field `field_number` at the top level of `message`, in
+    order, as views of `message`."""
+    for number, wire_type, _, data, end in _fields(message):
+        if number == field_number and wire_type == _LEN:
+            yield message[data:end]
 
 
 def _varint_bytes(value: int) -> bytes:
@@ -64,32 +73,13 @@ def without_contents(message: memoryview, path: tuple[int, ...]) -> bytearray:
     request without copying the large fields a handler reads as views of the original. Raises
     ValueError on anything it cannot walk (the caller then parses the original, which says why)."""
     out = bytearray()
-    pos, end = 0, len(message)
-    while pos < end:
-        start = pos
-        key, pos = _varint(message, pos)
-        wire_type = key & 7
-        if wire_type == _VARINT:
-            _, pos = _varint(message, pos)
-        elif wire_type == _I64:
-            pos += 8
-        elif wire_type == _I32:
-            pos += 4
-        elif wire_type == _LEN:
-            key_end = pos
-            size, data = _varint(message, pos)
-            pos = data + size
-            if pos > end:
-                raise ValueError("field runs past the end of the message")
-            if key >> 3 == path[0]:
-                inner = b"" if len(path) == 1 else without_contents(message[data:pos], path[1:])
-                out += message[start:key_end]
-                out += _varint_bytes(len(inner))
-                out += inner
-                continue
+    for number, wire_type, start, data, end in _fields(message):
+        if number == path[0] and wire_type == _LEN:
+            inner = b"" if len(path) == 1 else without_contents(message[data:end], path[1:])
+            _, key_end = _varint(message, start)
+            out += message[start:key_end]
+            out += _varint_bytes(len(inner))
+            out += inner
         else:
-            raise ValueError(f"unexpected wire type {wire_type}")
-        if pos > end:
-            raise ValueError("field runs past the end of the message")
-        out += message[start:pos]
+            out += message[start:end]
     return out
