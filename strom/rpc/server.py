@@ -119,6 +119,9 @@ class RpcServer:
         self._connections: set[_Connection] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self._api_versions_body = self._build_api_versions()
+        # what the socket is read into between large frames; one for all connections, as each read is
+        # consumed before the loop reads again
+        self.receive_buffer = bytearray(RECEIVE_BUFFER_BYTES)
 
     @property
     def port(self) -> int:
@@ -179,8 +182,7 @@ class RpcServer:
 
 # frames at least this large are received into a buffer of their own (see _Connection.frame)
 DIRECT_FRAME_BYTES = 256 * 1024
-# what the socket is read into between large frames (each connection has one)
-RECEIVE_BUFFER_BYTES = 64 * 1024
+RECEIVE_BUFFER_BYTES = 256 * 1024
 
 # requests that cannot be understood at all: worth a line in the log (with the peer, not the payload)
 _MALFORMED = (CorruptMessageError, UnsupportedVersionError)
@@ -198,8 +200,8 @@ class _Connection(asyncio.BufferedProtocol):
         self.frame_filled = 0
         self.frame_header: RequestHeader | None = None
         # The transport reads the socket straight into `frame` while one is being received, otherwise
-        # into `received` (asyncio.BufferedProtocol): no copy between the socket and a large body.
-        self.received = bytearray(RECEIVE_BUFFER_BYTES)
+        # into the server's receive buffer (asyncio.BufferedProtocol): no copy between the socket and
+        # a large body.
         self.reading_into_frame = False
         self.tasks: set[asyncio.Task[None]] = set()
         self.session = Session(peer="?", listener=server.listener)
@@ -287,11 +289,11 @@ class _Connection(asyncio.BufferedProtocol):
         if self.reading_into_frame:
             assert self.frame is not None
             return memoryview(self.frame)[self.frame_filled :]
-        return memoryview(self.received)
+        return memoryview(self.server.receive_buffer)
 
     def buffer_updated(self, nbytes: int) -> None:
         if not self.reading_into_frame:
-            self.data_received(memoryview(self.received)[:nbytes])
+            self.data_received(memoryview(self.server.receive_buffer)[:nbytes])
             return
         self.last_data = time.monotonic()
         self.frame_filled += nbytes
@@ -301,7 +303,8 @@ class _Connection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def data_received(self, data: bytes | memoryview) -> None:
-        """Bytes read from the socket into `received`; frames are cut from the connection buffer."""
+        """Bytes read from the socket into the receive buffer, consumed (copied to the connection
+        buffer or a frame) before this returns; frames are cut from the connection buffer."""
         self.last_data = time.monotonic()
         if self.discard:
             skipped = min(self.discard, len(data))

@@ -155,31 +155,40 @@ def test_large_and_small_frames_split_anywhere_are_received_whole(loop: str) -> 
         return pb.ListTablesResponse(table_name=[f"{len(name)}:{hashlib.sha256(name.encode()).hexdigest()}"])
 
     sizes = [10, 300_000, 5, 2_000_000, 1, 70_000, 1_000_000, 3]
-    names = [random.Random(i).choice("abcdefgh") * size for i, size in enumerate(sizes)]
-    stream = b"".join(
-        encode_request(ApiKey.LIST_TABLES, 0, i, pb.ListTablesRequest(database_name=n).SerializeToString())
-        for i, n in enumerate(names)
-    )
+
+    def names(connection: int) -> list[str]:
+        return [random.Random(connection * 100 + i).choice("abcdefgh") * n for i, n in enumerate(sizes)]
+
+    def stream(connection: int) -> bytes:
+        requests = [pb.ListTablesRequest(database_name=n) for n in names(connection)]
+        return b"".join(
+            encode_request(ApiKey.LIST_TABLES, 0, i, r.SerializeToString()) for i, r in enumerate(requests)
+        )
+
     rng = random.Random(7)
 
     async def main() -> None:
         server = await _serve({ApiKey.LIST_TABLES: echo})
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        pos = 0
-        while pos < len(stream):
-            step = rng.choice([1, 3, 7, 4096, 65_536, 300_001, 1_500_000])
-            writer.write(stream[pos : pos + step])
-            await writer.drain()
+        # two connections sending at once: they share the server's receive buffer
+        connections = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+        streams = [stream(c) for c in range(2)]
+        positions = [0, 0]
+        while any(pos < len(s) for pos, s in zip(positions, streams, strict=True)):
+            for c, (_, writer) in enumerate(connections):
+                step = rng.choice([1, 3, 7, 4096, 65_536, 300_001, 1_500_000])
+                writer.write(streams[c][positions[c] : positions[c] + step])
+                positions[c] += step
+            await asyncio.gather(*(writer.drain() for _, writer in connections))
             await asyncio.sleep(0)
-            pos += step
-        answers = {}
-        for _ in names:
-            length, kind, request_id = struct.unpack(">ibi", await reader.readexactly(9))
-            assert kind == 0
-            answers[request_id] = pb.ListTablesResponse.FromString(await reader.readexactly(length - 5))
-        for i, n in enumerate(names):
-            assert list(answers[i].table_name) == [f"{len(n)}:{hashlib.sha256(n.encode()).hexdigest()}"]
-        writer.close()
+        for c, (reader, writer) in enumerate(connections):
+            answers = {}
+            for _ in sizes:
+                length, kind, request_id = struct.unpack(">ibi", await reader.readexactly(9))
+                assert kind == 0
+                answers[request_id] = pb.ListTablesResponse.FromString(await reader.readexactly(length - 5))
+            for i, n in enumerate(names(c)):
+                assert list(answers[i].table_name) == [f"{len(n)}:{hashlib.sha256(n.encode()).hexdigest()}"]
+            writer.close()
         await server.close()
 
     if loop == "uvloop":
