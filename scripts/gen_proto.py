@@ -26,6 +26,8 @@ PROTO_DIR = ROOT / "strom" / "rpc" / "proto"
 GEN_DIR = ROOT / "strom" / "rpc" / "gen"
 PROTOS = ("fluss_api.proto", "strom_internal.proto")
 FLUSS_PROTO = "fluss_api.proto"
+# Strom-only fields of Fluss messages use numbers from here up (strom/rpc/proto/README.md)
+STROM_EXTENSIONS = 1000
 
 # pyproject allows protobuf>=6.31,<7; generated code refuses runtimes older than the protoc that made it.
 RUNTIME_MAJOR = 6
@@ -90,11 +92,14 @@ def check_against_fluss(upstream: Path) -> int:
     ours = {m.name: m for m in descriptor_set(PROTO_DIR, FLUSS_PROTO).message_type}
     theirs = {m.name: m for m in descriptor_set(upstream.parent, upstream.name).message_type}
     problems = []
+    extensions: list[str] = []
     for name, message in ours.items():
         if name not in theirs:
             problems.append(f"{name}: not in upstream")
             continue
         mine, fluss = wire_shape(message), wire_shape(theirs[name])
+        for number in sorted(n for n in mine.keys() - fluss.keys() if n >= STROM_EXTENSIONS):
+            extensions.append(f"{name}.{mine.pop(number)[0]} = {number}")
         for number in sorted(mine.keys() | fluss.keys()):
             if mine.get(number) != fluss.get(number):
                 problems.append(
@@ -104,6 +109,7 @@ def check_against_fluss(upstream: Path) -> int:
         print(problem, file=sys.stderr)
     skipped = sorted(theirs.keys() - ours.keys())
     print(f"checked {len(ours)} messages against {upstream}: {len(problems)} differences")
+    print(f"Strom extensions ({len(extensions)}): {', '.join(extensions)}")
     print(f"upstream messages we do not define ({len(skipped)}): {', '.join(skipped)}")
     return 1 if problems else 0
 

@@ -203,6 +203,13 @@ def tablet_server(
     metavar="KEY=VALUE",
     help="A Spark setting for the tiering application (repeatable), e.g. spark.executor.memory=2g.",
 )
+@click.option(
+    "--job-name",
+    default="strom-tiering",
+    show_default=True,
+    help="This job's name: its Spark application name, and how `strom status` and the coordinator's "
+    "log name it (give each of several tiering jobs its own).",
+)
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
@@ -214,6 +221,7 @@ def tiering(
     poll_interval: float,
     host: str,
     spark_conf: tuple[str, ...],
+    job_name: str,
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
@@ -235,26 +243,30 @@ def tiering(
             "set the lake with --config datalake.format=iceberg (and datalake.iceberg.*)"
         )
     prefix = f"datalake.{lake_format}."
+    split_runner: LocalSplitRunner | SparkSplitRunner
+    application_id = ""
+    if runner == "spark":
+        from strom.spark.session import session as spark_session
+
+        work_dir.mkdir(parents=True, exist_ok=True)
+        spark = spark_session(
+            app=job_name,
+            master=master,
+            **{"spark.local.dir": str(work_dir.resolve()), **parse_config_pairs(spark_conf)},
+        )
+        split_runner = SparkSplitRunner(spark)
+        application_id = spark.sparkContext.applicationId
+    else:
+        split_runner = LocalSplitRunner()
     settings = TieringSettings(
         bootstrap=bootstrap,
         lake_format=lake_format,
         lake_properties={k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)},
         poll_interval=poll_interval,
         client_properties=client_properties(config),
+        job_name=job_name,
+        application_id=application_id,
     )
-    split_runner: LocalSplitRunner | SparkSplitRunner
-    if runner == "spark":
-        from strom.spark.session import session as spark_session
-
-        work_dir.mkdir(parents=True, exist_ok=True)
-        spark = spark_session(
-            app="strom-tiering",
-            master=master,
-            **{"spark.local.dir": str(work_dir.resolve()), **parse_config_pairs(spark_conf)},
-        )
-        split_runner = SparkSplitRunner(spark)
-    else:
-        split_runner = LocalSplitRunner()
 
     async def start() -> Any:
         from strom.common.config import Configuration

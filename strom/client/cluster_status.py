@@ -76,11 +76,40 @@ class TableStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class TieringJobStatus:
+    """A tiering job as the coordinator knows it: the name and Spark application id it sent ("" from
+    jobs that do not send them, such as Fluss's), its connection's address and principal."""
+
+    name: str
+    application_id: str
+    address: str
+    principal: str
+    last_seen_age_ms: int | None  # since its last heartbeat; None if silent for the job timeout
+
+    @property
+    def identity(self) -> tuple[str, str, str, str]:
+        return (self.name, self.application_id, self.address, self.principal)
+
+    @classmethod
+    def from_pb(cls, job: internal.StatusTieringJob) -> TieringJobStatus:
+        return cls(
+            job.name,
+            job.application_id,
+            job.address,
+            job.principal,
+            job.last_seen_age_ms if job.last_seen_age_ms >= 0 else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TieringStatus:
     table: str
     state: str
     tiering_epoch: int
     heartbeat_age_ms: int | None
+    # the job holding the table while state is "tiering"; otherwise the job that tiered it last
+    job: TieringJobStatus | None = None
+    last_heartbeat_ms: int | None = None  # epoch ms of the holder's last heartbeat for this table
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +187,7 @@ class ClusterStatus:
     tables: list[TableStatus]
     tiering: list[TieringStatus]
     rebalance: RebalanceProgress | None
+    tiering_jobs: list[TieringJobStatus] = field(default_factory=list)  # heard from within the job timeout
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -264,10 +294,13 @@ def build_cluster_status(
             state=t.state,
             tiering_epoch=t.tiering_epoch,
             heartbeat_age_ms=t.heartbeat_age_ms if t.HasField("heartbeat_age_ms") else None,
+            job=TieringJobStatus.from_pb(t.job) if t.HasField("job") else None,
+            last_heartbeat_ms=t.last_heartbeat_ms if t.HasField("last_heartbeat_ms") else None,
         )
         for t in cluster.tiering
     ]
-    return ClusterStatus(cluster.coordinator_epoch, servers, tables, tiering, rebalance)
+    jobs = [TieringJobStatus.from_pb(j) for j in cluster.tiering_jobs]
+    return ClusterStatus(cluster.coordinator_epoch, servers, tables, tiering, rebalance, jobs)
 
 
 def _lake_status(lake: internal.StatusLake | None, buckets: list[BucketStatus], now_ms: int) -> LakeStatus:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from strom.client.cluster_status import ClusterStatus, RebalanceProgress
+from strom.client.cluster_status import ClusterStatus, RebalanceProgress, TieringJobStatus
 from strom.commands.cluster_client import (
     bootstrap_option,
     client_config_option,
@@ -95,11 +95,7 @@ def print_status(cluster: ClusterStatus) -> None:
             lake.add_column(column)
         for t in lake_tables:
             assert t.lake is not None
-            committed = (
-                datetime.fromtimestamp(t.lake.committed_time_ms / 1000, UTC).strftime("%H:%M:%S")
-                if t.lake.committed_time_ms
-                else "-"
-            )
+            committed = _clock(t.lake.committed_time_ms or None)
             lake.add_row(
                 f"{t.database}.{t.name}",
                 _offset(t.lake.snapshot_id),
@@ -117,15 +113,49 @@ def print_status(cluster: ClusterStatus) -> None:
 
     if cluster.tiering:
         tiering = Table(title="Tiering")
-        for column in ("table", "state", "epoch", "heartbeat age (s)"):
+        for column in ("table", "state", "epoch", "job", "last heartbeat", "heartbeat age (s)"):
             tiering.add_column(column)
-        for job in cluster.tiering:
-            age = "-" if job.heartbeat_age_ms is None else f"{job.heartbeat_age_ms / 1000:.1f}"
-            tiering.add_row(job.table, job.state, str(job.tiering_epoch), age)
+        for t in cluster.tiering:
+            age = "-" if t.heartbeat_age_ms is None else f"{t.heartbeat_age_ms / 1000:.1f}"
+            holder = "-" if t.job is None else job_label(t.job)
+            if t.job is not None and t.state != "tiering":
+                holder = f"[dim]last: {holder}[/]"
+            tiering.add_row(t.table, t.state, str(t.tiering_epoch), holder, _clock(t.last_heartbeat_ms), age)
         console.print(tiering)
+
+    if cluster.tiering_jobs:
+        jobs = Table(title="Tiering jobs")
+        for column in ("job", "application", "address", "principal", "tables held", "last heartbeat (s ago)"):
+            jobs.add_column(column)
+        for job in cluster.tiering_jobs:
+            held = [
+                t.table
+                for t in cluster.tiering
+                if t.state == "tiering" and t.job is not None and t.job.identity == job.identity
+            ]
+            jobs.add_row(
+                job.name or "-",
+                job.application_id or "-",
+                job.address,
+                job.principal or "-",
+                ", ".join(held) or "-",
+                "-" if job.last_seen_age_ms is None else f"{job.last_seen_age_ms / 1000:.1f}",
+            )
+        console.print(jobs)
 
     if cluster.rebalance is not None:
         console.print(rebalance_summary(cluster.rebalance))
+
+
+def job_label(job: TieringJobStatus) -> str:
+    """`name (application id) at address`, leaving out what the job did not say."""
+    name = job.name or "unnamed job"
+    app = f" ({job.application_id})" if job.application_id else ""
+    return f"{name}{app} at {job.address}"
+
+
+def _clock(epoch_ms: int | None) -> str:
+    return "-" if epoch_ms is None else datetime.fromtimestamp(epoch_ms / 1000, UTC).strftime("%H:%M:%S")
 
 
 def rebalance_summary(progress: RebalanceProgress) -> str:

@@ -19,6 +19,7 @@ from strom.common.types import BIGINT, STRING
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
 
 
 def lake_config(base: Path) -> dict[str, str]:
@@ -38,8 +39,11 @@ async def heartbeat(
     tiering: list[tuple[int, int]] = (),
     finished: list[tuple[int, int]] = (),
     failed: list[tuple[int, int]] = (),
+    job: tuple[str, str] | None = None,
 ) -> Any:
     message = pb.LakeTieringHeartbeatRequest(request_table=request)
+    if job is not None:  # Strom's extension fields: the job's name and Spark application id
+        message.tiering_job_name, message.tiering_job_application_id = job
     for target, entries in (
         (message.tiering_tables, tiering),
         (message.finished_tables, finished),
@@ -50,10 +54,10 @@ async def heartbeat(
     return await conn.request(ApiKey.LAKE_TIERING_HEARTBEAT, message)
 
 
-async def wait_for_table(conn: RpcConnection, timeout: float = 10) -> Any:
+async def wait_for_table(conn: RpcConnection, timeout: float = 10, job: tuple[str, str] | None = None) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        response = await heartbeat(conn, request=True)
+        response = await heartbeat(conn, request=True, job=job)
         if response.HasField("tiering_table"):
             return response.tiering_table
         await asyncio.sleep(0.1)
@@ -68,6 +72,11 @@ async def commit(
     for bucket, offset in offsets.items():
         info.buckets_req.add(bucket_id=bucket, log_end_offset=offset)
     return (await conn.request(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)).table_resp[0]
+
+
+async def tiering_status(conn: RpcConnection, table_id: int) -> Any:
+    described = await conn.request(ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest())
+    return next(t for t in described.tiering if t.table_id == table_id)
 
 
 def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path) -> None:
@@ -106,6 +115,13 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
 
         ok = await heartbeat(conn, tiering=[(table_id, 1)])
         assert not ok.tiering_table_resp[0].HasField("error")
+        # a Fluss-shaped heartbeat names no job: the coordinator knows its connection's address
+        host, port = conn.transport.get_extra_info("sockname")[:2]
+        address = f"{host}:{port}"
+        held = await tiering_status(conn, table_id)
+        assert held.state == "tiering" and held.tiering_epoch == 1
+        assert (held.job.name, held.job.application_id, held.job.address) == ("", "", address)
+        assert held.HasField("last_heartbeat_ms") and held.heartbeat_age_ms < 5000
         stale = await heartbeat(conn, tiering=[(table_id, 0)])
         assert stale.tiering_table_resp[0].error.error_code == FencedTieringEpochError.code
 
@@ -113,9 +129,14 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         finished = await heartbeat(conn, finished=[(table_id, 1)])
         assert not finished.finished_table_resp[0].HasField("error")
 
-        # the next round comes one freshness later, under a new epoch
-        second = await wait_for_table(conn)
+        # the next round comes one freshness later, under a new epoch, to a job that says who it is
+        job = ("nightly", "app-20261125081500-0007")
+        second = await wait_for_table(conn, job=job)
         assert second.tiering_epoch == 2
+        held = await tiering_status(conn, table_id)
+        assert (held.job.name, held.job.application_id, held.job.address) == (*job, address)
+        described = await conn.request(ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest())
+        assert [(j.name, j.address) for j in described.tiering_jobs] == [("", address), ("nightly", address)]
         # this job goes silent: the coordinator fences it and hands the table out again
         third = await wait_for_table(conn, timeout=10)
         assert third.tiering_epoch == 3

@@ -1565,18 +1565,22 @@ class NotifyRemoteLogOffsetsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class LakeTieringHeartbeatRequest(_message.Message):
-    __slots__ = ("tiering_tables", "finished_tables", "failed_tables", "request_table", "force_finished_tables")
+    __slots__ = ("tiering_tables", "finished_tables", "failed_tables", "request_table", "force_finished_tables", "tiering_job_name", "tiering_job_application_id")
     TIERING_TABLES_FIELD_NUMBER: _ClassVar[int]
     FINISHED_TABLES_FIELD_NUMBER: _ClassVar[int]
     FAILED_TABLES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TABLE_FIELD_NUMBER: _ClassVar[int]
     FORCE_FINISHED_TABLES_FIELD_NUMBER: _ClassVar[int]
+    TIERING_JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    TIERING_JOB_APPLICATION_ID_FIELD_NUMBER: _ClassVar[int]
     tiering_tables: _containers.RepeatedCompositeFieldContainer[PbHeartbeatReqForTable]
     finished_tables: _containers.RepeatedCompositeFieldContainer[PbHeartbeatReqForTable]
     failed_tables: _containers.RepeatedCompositeFieldContainer[PbHeartbeatReqForTable]
     request_table: bool
     force_finished_tables: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tiering_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., finished_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., failed_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., request_table: bool = ..., force_finished_tables: _Optional[_Iterable[int]] = ...) -> None: ...
+    tiering_job_name: str
+    tiering_job_application_id: str
+    def __init__(self, tiering_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., finished_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., failed_tables: _Optional[_Iterable[_Union[PbHeartbeatReqForTable, _Mapping]]] = ..., request_table: bool = ..., force_finished_tables: _Optional[_Iterable[int]] = ..., tiering_job_name: _Optional[str] = ..., tiering_job_application_id: _Optional[str] = ...) -> None: ...
 
 class LakeTieringHeartbeatResponse(_message.Message):
     __slots__ = ("coordinator_epoch", "tiering_table", "tiering_table_resp", "finished_table_resp", "failed_table_resp")

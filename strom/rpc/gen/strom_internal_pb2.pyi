@@ -109,7 +109,7 @@ class DescribeClusterRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeClusterResponse(_message.Message):
-    __slots__ = ("coordinator_epoch", "tablet_servers", "tables", "buckets", "lakes", "tiering", "server_tags")
+    __slots__ = ("coordinator_epoch", "tablet_servers", "tables", "buckets", "lakes", "tiering", "server_tags", "tiering_jobs")
     COORDINATOR_EPOCH_FIELD_NUMBER: _ClassVar[int]
     TABLET_SERVERS_FIELD_NUMBER: _ClassVar[int]
     TABLES_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +117,7 @@ class DescribeClusterResponse(_message.Message):
     LAKES_FIELD_NUMBER: _ClassVar[int]
     TIERING_FIELD_NUMBER: _ClassVar[int]
     SERVER_TAGS_FIELD_NUMBER: _ClassVar[int]
+    TIERING_JOBS_FIELD_NUMBER: _ClassVar[int]
     coordinator_epoch: int
     tablet_servers: _containers.RepeatedCompositeFieldContainer[StatusServer]
     tables: _containers.RepeatedCompositeFieldContainer[StatusTable]
@@ -124,7 +125,8 @@ class DescribeClusterResponse(_message.Message):
     lakes: _containers.RepeatedCompositeFieldContainer[StatusLake]
     tiering: _containers.RepeatedCompositeFieldContainer[StatusTiering]
     server_tags: _containers.RepeatedCompositeFieldContainer[StatusServerTag]
-    def __init__(self, coordinator_epoch: _Optional[int] = ..., tablet_servers: _Optional[_Iterable[_Union[StatusServer, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[StatusTable, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[StatusBucket, _Mapping]]] = ..., lakes: _Optional[_Iterable[_Union[StatusLake, _Mapping]]] = ..., tiering: _Optional[_Iterable[_Union[StatusTiering, _Mapping]]] = ..., server_tags: _Optional[_Iterable[_Union[StatusServerTag, _Mapping]]] = ...) -> None: ...
+    tiering_jobs: _containers.RepeatedCompositeFieldContainer[StatusTieringJob]
+    def __init__(self, coordinator_epoch: _Optional[int] = ..., tablet_servers: _Optional[_Iterable[_Union[StatusServer, _Mapping]]] = ..., tables: _Optional[_Iterable[_Union[StatusTable, _Mapping]]] = ..., buckets: _Optional[_Iterable[_Union[StatusBucket, _Mapping]]] = ..., lakes: _Optional[_Iterable[_Union[StatusLake, _Mapping]]] = ..., tiering: _Optional[_Iterable[_Union[StatusTiering, _Mapping]]] = ..., server_tags: _Optional[_Iterable[_Union[StatusServerTag, _Mapping]]] = ..., tiering_jobs: _Optional[_Iterable[_Union[StatusTieringJob, _Mapping]]] = ...) -> None: ...
 
 class StatusServer(_message.Message):
     __slots__ = ("server_id", "host", "port", "rack", "remembered")
@@ -211,16 +213,34 @@ class StatusOffset(_message.Message):
     def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class StatusTiering(_message.Message):
-    __slots__ = ("table_id", "state", "tiering_epoch", "heartbeat_age_ms")
+    __slots__ = ("table_id", "state", "tiering_epoch", "heartbeat_age_ms", "job", "last_heartbeat_ms")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TIERING_EPOCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     state: str
     tiering_epoch: int
     heartbeat_age_ms: int
-    def __init__(self, table_id: _Optional[int] = ..., state: _Optional[str] = ..., tiering_epoch: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+    job: StatusTieringJob
+    last_heartbeat_ms: int
+    def __init__(self, table_id: _Optional[int] = ..., state: _Optional[str] = ..., tiering_epoch: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., job: _Optional[_Union[StatusTieringJob, _Mapping]] = ..., last_heartbeat_ms: _Optional[int] = ...) -> None: ...
+
+class StatusTieringJob(_message.Message):
+    __slots__ = ("name", "application_id", "address", "principal", "last_seen_age_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    APPLICATION_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEEN_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    application_id: str
+    address: str
+    principal: str
+    last_seen_age_ms: int
+    def __init__(self, name: _Optional[str] = ..., application_id: _Optional[str] = ..., address: _Optional[str] = ..., principal: _Optional[str] = ..., last_seen_age_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeReplicasRequest(_message.Message):
     __slots__ = ()

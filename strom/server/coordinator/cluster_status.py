@@ -1,6 +1,6 @@
 """DescribeCluster (Strom-only, 9004): the active coordinator's view for `strom status` — live tablet
 servers, tables, every bucket's replicas, leader, ISR and newest KV snapshot, the newest lake snapshot
-of lake-enabled tables, and which tables tiering jobs hold."""
+of lake-enabled tables, which tables tiering jobs hold, and which jobs are alive."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
+from strom.server.coordinator.tiering_jobs import TieringJob
 
 if TYPE_CHECKING:
     from strom.server.coordinator.active import ActiveCoordinator
@@ -71,8 +72,22 @@ async def describe_cluster(
         if handle is not None:
             bucket.kv_snapshot_id = int(json.loads(handle)["snapshot_id"])
     now = time.monotonic()
+    jobs = coordinator.tiering.jobs
     for table_id, table in coordinator.tiering.tables.items():
         item = response.tiering.add(table_id=table_id, state=table.state.value, tiering_epoch=table.epoch)
         if table.state.value == "tiering" and table.last_heartbeat:
             item.heartbeat_age_ms = int((now - table.last_heartbeat) * 1000)
+            item.last_heartbeat_ms = int(table.last_heartbeat_wall * 1000)
+        if table.job is not None:
+            _job(item.job, table.job, jobs.age(table.job))
+    for job, age in jobs.active():
+        _job(response.tiering_jobs.add(), job, age)
     return response
+
+
+def _job(target: internal.StatusTieringJob, job: TieringJob, age: float | None) -> None:
+    target.name = job.name
+    target.application_id = job.application_id
+    target.address = job.address
+    target.principal = job.principal
+    target.last_seen_age_ms = -1 if age is None else int(age * 1000)

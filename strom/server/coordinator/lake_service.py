@@ -27,8 +27,10 @@ from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.lake_tiering import LakeTieringManager
+from strom.server.coordinator.tiering_jobs import TieringJob
 from strom.server.store.base import MetadataStore, TableRecord
 
 log = logging.getLogger(__name__)
@@ -196,6 +198,8 @@ class LakeService:
         self, request: pb.LakeTieringHeartbeatRequest, ctx: object
     ) -> pb.LakeTieringHeartbeatResponse:
         response = pb.LakeTieringHeartbeatResponse(coordinator_epoch=self.controller.coordinator_epoch)
+        job = TieringJob.of(request, ctx if isinstance(ctx, RequestContext) else None)
+        self.tiering.jobs.seen(job)
 
         def guarded(target: Any, entry: Any, action: Any) -> None:
             result = target.add(table_id=entry.table_id)
@@ -215,7 +219,7 @@ class LakeService:
             guarded(
                 response.tiering_table_resp,
                 entry,
-                lambda e=entry: self.tiering.heartbeat(e.table_id, e.tiering_epoch),
+                lambda e=entry: self.tiering.heartbeat(e.table_id, e.tiering_epoch, job),
             )
         forced = set(request.force_finished_tables)
         for entry in request.finished_tables:
@@ -232,7 +236,7 @@ class LakeService:
                 ),
             )
         if request.HasField("request_table") and request.request_table:
-            assignment = self.tiering.request_table()
+            assignment = self.tiering.request_table(job)
             if assignment is not None:
                 info = response.tiering_table
                 info.table_id = assignment.table_id

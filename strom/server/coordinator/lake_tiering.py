@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from strom.common.errors import FencedTieringEpochError, TableNotExistError
 from strom.common.table_path import TablePath
+from strom.server.coordinator.tiering_jobs import TieringJob, TieringJobRegistry
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class _Table:
     state: TieringState
     epoch: int = 0
     last_heartbeat: float = 0.0  # monotonic, while TIERING
+    last_heartbeat_wall: float = 0.0  # the same, wall-clock seconds (for people)
+    job: TieringJob | None = None  # the job that holds the table (TIERING) or held it last
     timer: asyncio.TimerHandle | None = None
     round_started: float = 0.0
     last_round_seconds: float = -1.0
@@ -70,6 +73,7 @@ class LakeTieringManager:
         self.job_timeout = job_timeout
         self.tables: dict[int, _Table] = {}
         self.pending: deque[int] = deque()
+        self.jobs = TieringJobRegistry(job_timeout)
 
     # ---- registration
 
@@ -125,7 +129,7 @@ class LakeTieringManager:
             self.pending.append(table_id)
         elif target == TieringState.TIERING:
             table.last_heartbeat = time.monotonic()
-            table.round_started = time.time()
+            table.round_started = table.last_heartbeat_wall = time.time()
 
     def _due(self, table_id: int) -> None:
         table = self.tables.get(table_id)
@@ -146,22 +150,32 @@ class LakeTieringManager:
 
     # ---- requests from tiering jobs
 
-    def request_table(self) -> TieringAssignment | None:
+    def request_table(self, job: TieringJob | None = None) -> TieringAssignment | None:
         while self.pending:
             table_id = self.pending.popleft()
             table = self.tables.get(table_id)
             if table is None or table.state != TieringState.PENDING:
                 continue
             self._transition(table_id, TieringState.TIERING)
-            log.info("table %s (%d) handed to a tiering job with epoch %d", table.path, table_id, table.epoch)
+            table.job = job
+            log.info(
+                "table %s (%d) handed to tiering job %s with epoch %d",
+                table.path,
+                table_id,
+                job or "(unknown)",
+                table.epoch,
+            )
             return TieringAssignment(table_id, table.path, table.epoch)
         return None
 
-    def heartbeat(self, table_id: int, epoch: int) -> None:
+    def heartbeat(self, table_id: int, epoch: int, job: TieringJob | None = None) -> None:
         table = self._check_epoch(table_id, epoch)
         if table.state != TieringState.TIERING:
             raise FencedTieringEpochError(f"table {table_id} is not being tiered (state {table.state.value})")
         table.last_heartbeat = time.monotonic()
+        table.last_heartbeat_wall = time.time()
+        if job is not None:
+            table.job = job  # the holder's epoch, maybe from a new connection (a reconnect)
 
     def finish(
         self,
@@ -206,7 +220,11 @@ class LakeTieringManager:
             if t.state == TieringState.TIERING and now - t.last_heartbeat >= self.job_timeout
         ]
         for table_id in expired:
-            log.warning("tiering job of table %d timed out; the table is queued again", table_id)
+            log.warning(
+                "tiering job %s of table %d timed out; the table is queued again",
+                self.tables[table_id].job or "(unknown)",
+                table_id,
+            )
             self._transition(table_id, TieringState.FAILED)
             self._transition(table_id, TieringState.PENDING)
         return expired

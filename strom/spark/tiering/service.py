@@ -50,6 +50,10 @@ class TieringSettings:
     heartbeat_interval: float = 2.0  # while a round runs (well below lake.tiering.job-timeout)
     # client options (client.security.* and others) for the driver's and the executors' connections
     client_properties: Mapping[str, str] = field(default_factory=dict)
+    # who this job is, sent with every heartbeat (Strom extension fields) so the coordinator can say
+    # which job holds which table; the Spark application id when splits run on Spark
+    job_name: str = "strom-tiering"
+    application_id: str = ""
 
     @property
     def client(self) -> dict[str, str]:
@@ -98,7 +102,11 @@ class TieringService:
         finished: tuple[Assignment, RoundStats] | None = None,
         failed: Assignment | None = None,
     ) -> Any:
-        message = pb.LakeTieringHeartbeatRequest(request_table=request)
+        message = pb.LakeTieringHeartbeatRequest(
+            request_table=request,
+            tiering_job_name=self.settings.job_name,
+            tiering_job_application_id=self.settings.application_id,
+        )
         if tiering is not None:
             message.tiering_tables.add(
                 table_id=tiering.table_id, coordinator_epoch=0, tiering_epoch=tiering.epoch
@@ -121,7 +129,9 @@ class TieringService:
         stop = stop or asyncio.Event()
         self._connection = await Connection.create(self.settings.client)
         log.info(
-            "tiering service started: lake format %s, cluster %s",
+            "tiering service started as job %s%s: lake format %s, cluster %s",
+            self.settings.job_name,
+            f" (Spark application {self.settings.application_id})" if self.settings.application_id else "",
             self.settings.lake_format,
             self.settings.bootstrap,
         )
@@ -149,10 +159,11 @@ class TieringService:
 
     async def _tier(self, assignment: Assignment) -> None:
         log.info(
-            "tiering %s (table id %d, tiering epoch %d)",
+            "tiering %s (table id %d, tiering epoch %d): taken by job %s",
             assignment.path,
             assignment.table_id,
             assignment.epoch,
+            self.settings.job_name,
         )
         beating = asyncio.create_task(self._keep_alive(assignment))
         try:
@@ -161,6 +172,7 @@ class TieringService:
             beating.cancel()
             if assignment.fenced or isinstance(e, FencedTieringEpochError):
                 log.warning("round of %s abandoned: this job was fenced (%s)", assignment.path, e)
+                self._released(assignment, "fenced")
                 return
             log.exception("round of %s failed", assignment.path)
             if self.metrics is not None:
@@ -169,6 +181,7 @@ class TieringService:
                 await self._heartbeat(failed=assignment)
             except FlussError as report_error:
                 log.warning("could not report the failure of %s: %s", assignment.path, report_error)
+            self._released(assignment, "failed")
             return
         beating.cancel()
         response = await self._heartbeat(finished=(assignment, stats))
@@ -189,6 +202,17 @@ class TieringService:
             )
         else:
             log.info("tiered %s: nothing new", assignment.path)
+        self._released(assignment, "finished")
+
+    def _released(self, assignment: Assignment, how: str) -> None:
+        log.info(
+            "released %s (table id %d, tiering epoch %d) by job %s: %s",
+            assignment.path,
+            assignment.table_id,
+            assignment.epoch,
+            self.settings.job_name,
+            how,
+        )
 
     async def _keep_alive(self, assignment: Assignment) -> None:
         while True:
