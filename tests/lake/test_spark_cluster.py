@@ -28,15 +28,22 @@ def get_json(url: str) -> Any:
 
 
 def start_cluster_tiering(
-    cluster: Cluster, config: dict[str, str], master: str, python: Path, ui_port: int, log: Path
+    cluster: Cluster,
+    config: dict[str, str],
+    master: str,
+    python: Path,
+    ui_port: int,
+    log: Path,
+    job_name: str = "strom-tiering",
 ) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "strom", "tiering", "--bootstrap", cluster.bootstrap]
     args += ["--master", master, "--poll-interval", "0.3", "--work-dir", str(log.parent / "tiering-work")]
+    args += ["--job-name", job_name]
     spark = {
         "spark.pyspark.python": str(python),  # the executors' Python: no strom on its path
         "spark.ui.port": str(ui_port),
         "spark.executor.cores": "1",
-        "spark.cores.max": "2",  # one executor on each worker
+        "spark.cores.max": "2",  # one executor on each worker, and cores left for a second application
         "spark.executor.memory": "512m",
     }
     args += [a for k, v in spark.items() for a in ("--spark-conf", f"{k}={v}")]
