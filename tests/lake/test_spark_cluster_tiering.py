@@ -267,8 +267,9 @@ def test_two_tiering_applications_on_standalone_share_tables_and_take_over(
             env={**os.environ, "COLUMNS": "300"},
         ).stdout
         assert "Tiering jobs" in table
+        assert re.search(r"tiering-[ab] \(app-[\d-]+\) at 127\.0\.0\.1:\d+", table), table
         for name in names:
-            assert f"{name} ({app_ids[name]}) at 127.0.0.1:" in table, table
+            assert re.search(rf"{name} +│ {app_ids[name]} +│ 127\.0\.0\.1:\d+", table), table
         # each job logged what it took and released under its name; no (table, epoch) went to both
         rounds = {n: {(m[1], int(m[3])) for m in TAKEN.finditer(logs[n].read_text())} for n in names}
         assert all(rounds.values()) and not rounds["tiering-a"] & rounds["tiering-b"], rounds
