@@ -39,7 +39,9 @@ def test_two_tiering_services_share_tables_and_take_over_from_a_killed_one(
     session(cluster, create_tables)
     workload = Workload()
     logs = [tmp_path / "tiering-a.log", tmp_path / "tiering-b.log"]
-    services = [start_tiering(cluster, config, log) for log in logs]
+    services = [
+        start_tiering(cluster, config, log, name) for log, name in zip(logs, ("job-a", "job-b"), strict=True)
+    ]
     try:
         for _ in range(3):
             session(cluster, workload.write)
@@ -48,6 +50,8 @@ def test_two_tiering_services_share_tables_and_take_over_from_a_killed_one(
         a, b = rounds(logs[0]), rounds(logs[1])
         assert a and b, (a, b)
         assert not set(a) & set(b)
+        # each names itself in what it took and released
+        assert "taken by job job-a" in logs[0].read_text() and "by job job-b: finished" in logs[1].read_text()
 
         # SIGKILL job A in the middle of a big round of fluss.events
         workload.events_per_write = 1_000_000
@@ -69,7 +73,7 @@ def test_two_tiering_services_share_tables_and_take_over_from_a_killed_one(
         wait_until_lake_matches(config, duck, workload, timeout=90)
         # the coordinator fenced A's round after the job timeout, and B tiered the table after it
         coordinator_log = "".join(p.read_text() for p in (cluster.base_dir / "logs").glob("coordinator*.log"))
-        assert "tiering job of table 0 timed out" in coordinator_log
+        assert re.search(r"tiering job job-a \(127\.0\.0\.1:\d+\) of table 0 timed out", coordinator_log)
         later = [r for r in rounds(logs[1]) if r[0] == "fluss.events" and r[1] > held_by_a[1]]
         assert later, rounds(logs[1])
         assert time.monotonic() - killed_at < 90

@@ -41,7 +41,9 @@ def iceberg_properties(config: dict[str, str]) -> dict[str, str]:
     }
 
 
-def start_tiering(cluster: Cluster, config: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_tiering(
+    cluster: Cluster, config: dict[str, str], log: Path, job_name: str = "strom-tiering"
+) -> subprocess.Popen[bytes]:
     args = [
         sys.executable,
         "-m",
@@ -53,6 +55,8 @@ def start_tiering(cluster: Cluster, config: dict[str, str], log: Path) -> subpro
         "local",
         "--poll-interval",
         "0.3",
+        "--job-name",
+        job_name,
     ]
     for key, value in config.items():
         args += ["--config", f"{key}={value}"]
