@@ -164,7 +164,6 @@ def test_versioned_int_and_nanosecond_timestamps(tmp_path: Path) -> None:
     assert t.put([(1, 0, "c")]) == [("-U", (1, -1, "a")), ("+U", (1, 0, "c"))]
 
     import pandas as pd
-
     ts = table(tmp_path / "ts", props, versioned_schema(TIMESTAMP(9)))
     base = pd.Timestamp("2024-01-01 00:00:00.000001001")
     ts.put([(1, base, "a")])
@@ -218,7 +217,6 @@ def test_partial_delete(tmp_path: Path) -> None:
 
 def test_partial_update_keeps_values_bit_exact(tmp_path: Path) -> None:
     import pandas as pd
-
     schema = Schema(
         [Column("k", INT()), Column("ts", TIMESTAMP(9)), Column("n", INT())],
         primary_key=["k"],

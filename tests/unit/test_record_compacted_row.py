@@ -305,7 +305,6 @@ def test_round_trip_property_over_many_types() -> None:
 
 def test_arrow_path_keeps_nanoseconds() -> None:
     import pandas as pd
-
     value = pd.Timestamp("2020-01-01 00:00:00.123456789")
     types = [TIMESTAMP(9), TIMESTAMP_LTZ(9)]
     data = CompactedRowEncoder(types).encode([value, value.tz_localize("UTC")])
