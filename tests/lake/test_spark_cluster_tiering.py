@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -191,6 +192,17 @@ def strom_status(cluster: Cluster) -> dict[str, Any]:
     return json.loads(out.stdout)
 
 
+STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO strom\.tiering: "
+
+
+def held_spans(log: Path, table: str) -> list[tuple[str, str]]:
+    """(taken, released) log times of each round of `table` the job finished (times sort as text)."""
+    text = log.read_text()
+    taken = {int(m[4]): m[1] for m in re.finditer(STAMP + TAKEN.pattern, text, re.M) if m[2] == table}
+    released = {int(m[4]): m[1] for m in re.finditer(STAMP + RELEASED.pattern, text, re.M) if m[2] == table}
+    return [(taken[epoch], released[epoch]) for epoch in sorted(taken.keys() & released.keys())]
+
+
 def held(log: Path) -> set[tuple[str, int]]:
     """(table, epoch) a service took and has not released, by its log."""
     text = log.read_text()
@@ -278,6 +290,10 @@ def test_two_tiering_applications_on_standalone_share_tables_and_take_over(
             assert {m[4] for m in TAKEN.finditer(text)} == {name}
             assert {m[4] for m in RELEASED.finditer(text)} == {name}
             assert f"tiering service started as job {name} (Spark application {app_ids[name]})" in text
+        # and one job at a time per table: the rounds of a table, from both logs, never overlap in time
+        for table in {t for r in rounds.values() for t, _ in r}:
+            spans = sorted(span for n in names for span in held_spans(logs[n], table))
+            assert all(end < start for (_, end), (start, _) in itertools.pairwise(spans)), (table, spans)
 
         # SIGKILL the driver of the job that holds fluss.events in a big round
         workload.events_per_write = 200_000
