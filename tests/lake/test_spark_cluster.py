@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,41 @@ def worker_running(spark: StandaloneCluster, app_name: str, executor_id: str) ->
     raise AssertionError(f"no worker runs executor {executor_id} of {app_id}")
 
 
+def kill_workers_mid_round(
+    spark: StandaloneCluster,
+    cluster: Cluster,
+    workload: Workload,
+    log: Path,
+    ui_port: int,
+    app_name: str,
+    wait_until_lake_matches_fluss: Callable[[], None],
+) -> int:
+    """SIGKILL a worker (and its executors) while one of them runs a tiering task of a big round of
+    fluss.events (Spark counts the task failed and runs it again on the other worker), start a
+    replacement, write more and wait for the lake; a kill that came just after the task ended is tried
+    again. Returns how many workers were killed."""
+    kills = 0
+    while not failed_tasks(ui_port):
+        assert kills < 4, "never caught an executor running a tiering task"
+        workload.events_per_write = 1_000_000  # a round long enough to be caught in
+        session(cluster, workload.write)
+        workload.events_per_write = 500
+        rounds = log.read_text().count("tiering fluss.events (")
+        deadline = time.monotonic() + 60
+        while log.read_text().count("tiering fluss.events (") == rounds or not (
+            busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
+        ):
+            assert time.monotonic() < deadline, "no tiering task ran"
+            time.sleep(0.02)
+        spark.kill_worker(worker_running(spark, app_name, busy[0]))
+        kills += 1
+        spark.add_worker(cores=2)  # the cluster gets a replacement
+        spark.wait_for_workers(2)
+        session(cluster, workload.write)
+        wait_until_lake_matches_fluss()
+    return kills
+
+
 def test_worker_python_cannot_import_strom(python_without_strom: Path, tmp_path: Path) -> None:
     """The premise of the shipping test: that Python has the dependencies, but not strom."""
     check = [str(python_without_strom), "-c", "import pyarrow, pyiceberg, pyspark"]
@@ -111,28 +147,15 @@ def test_tiering_on_standalone_survives_a_killed_worker_and_a_killed_driver(
         ran = {e["id"]: e["totalTasks"] for e in executors(ui_port)}
         assert ran and sum(ran.values()) > 0, ran
 
-        # SIGKILL a worker (and its executors) while one of them runs a tiering task of a big round
-        # (Spark counts the task failed and runs it again on the other worker); a kill that came just
-        # after the task ended is tried again
-        kills = 0
-        while not failed_tasks(ui_port):
-            assert kills < 4, "never caught an executor running a tiering task"
-            workload.events_per_write = 1_000_000  # a round long enough to be caught in
-            session(cluster, workload.write)
-            workload.events_per_write = 500
-            rounds = log.read_text().count("tiering fluss.events (")
-            deadline = time.monotonic() + 60
-            while log.read_text().count("tiering fluss.events (") == rounds or not (
-                busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
-            ):
-                assert time.monotonic() < deadline, "no tiering task ran"
-                time.sleep(0.02)
-            spark_standalone.kill_worker(worker_running(spark_standalone, "strom-tiering", busy[0]))
-            kills += 1
-            spark_standalone.add_worker(cores=2)  # the cluster gets a replacement
-            spark_standalone.wait_for_workers(2)
-            session(cluster, workload.write)
-            wait_until_lake_matches(config, duck, workload, timeout=120)
+        kills = kill_workers_mid_round(
+            spark_standalone,
+            cluster,
+            workload,
+            log,
+            ui_port,
+            "strom-tiering",
+            lambda: wait_until_lake_matches(config, duck, workload, timeout=120),
+        )
         assert len([e for e in executors(ui_port, "allexecutors") if not e["isActive"]]) >= kills
 
         # SIGKILL the driver; a new service resumes from the lake's offsets

@@ -28,7 +28,7 @@ import duckdb
 import fluss
 import pyarrow as pa
 from harness import Cluster
-from test_spark_cluster import executors, failed_tasks, get_json, start_cluster_tiering, worker_running
+from test_spark_cluster import executors, get_json, kill_workers_mid_round, start_cluster_tiering
 from test_tiering_service import (
     LOG_SCHEMA,
     Workload,
@@ -115,25 +115,15 @@ def test_paimon_log_and_pk_tables_on_standalone_survive_a_killed_worker(
         assert "tiering fluss.events (" in text and "tiering fluss.accounts (" in text
 
         # SIGKILL a worker while its executor runs a split of a big round of the log table
-        kills = 0
-        while not failed_tasks(ui_port):
-            assert kills < 4, "never caught an executor running a tiering task"
-            workload.events_per_write = 1_000_000
-            session(cluster, workload.write)
-            workload.events_per_write = 500
-            rounds = log.read_text().count("tiering fluss.events (")
-            deadline = time.monotonic() + 60
-            while log.read_text().count("tiering fluss.events (") == rounds or not (
-                busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
-            ):
-                assert time.monotonic() < deadline, "no tiering task ran"
-                time.sleep(0.02)
-            spark_standalone.kill_worker(worker_running(spark_standalone, "tiering-paimon", busy[0]))
-            kills += 1
-            spark_standalone.add_worker(cores=2)
-            spark_standalone.wait_for_workers(2)
-            session(cluster, workload.write)
-            wait_for(lambda: paimon_matches(config, workload), 120, "the Paimon lake to equal Fluss")
+        kill_workers_mid_round(
+            spark_standalone,
+            cluster,
+            workload,
+            log,
+            ui_port,
+            "tiering-paimon",
+            lambda: wait_for(lambda: paimon_matches(config, workload), 120, "the Paimon lake to equal Fluss"),
+        )
         # every record once: the lake's offsets cover exactly what was written
         assert sum(lake_offsets(cluster, "events").values()) == workload.next_id
     finally:
