@@ -240,7 +240,7 @@ def test_two_tiering_applications_on_standalone_share_tables_and_take_over(
         # holds (or last held); both jobs take tables
         seen_holders: dict[str, set[str]] = {name: set() for name in names}
         held_now = 0
-        for _ in range(3):
+        for _ in range(2):
             session(cluster, workload.write)
             deadline = time.monotonic() + 120
             while not four_tables_match(config, duck, workload):
