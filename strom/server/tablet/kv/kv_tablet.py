@@ -38,7 +38,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-from rocksdict import Checkpoint, DBCompressionType, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    Checkpoint,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
 
 from strom.common.config import ChangelogImage, DeleteBehavior
 from strom.common.errors import (
@@ -98,6 +107,15 @@ def _db_options(write_buffer_bytes: int | None) -> Options:
     options.set_compression_type(DBCompressionType.lz4())
     if write_buffer_bytes:
         options.set_write_buffer_size(write_buffer_bytes)
+    # Bloom filters, so that reading the old row of a key that was never written (every insert) skips
+    # the search: in SST files as Fluss configures them by default (kv.rocksdb.use-bloom-filter, 10
+    # bits per key, full filters), and in the memtable, where a fresh bucket's rows live. Measured
+    # with rocksdict: a get of an absent key from a 200k-key memtable 0.5-0.6 -> 0.17 us.
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    options.set_memtable_prefix_bloom_ratio(0.1)
+    options.set_memtable_whole_key_filtering(True)
     return options
 
 
@@ -360,7 +378,9 @@ class KvTablet:
                 from_db.append(key)
         if from_db:
             try:
-                values = self._db.get(from_db)
+                # one get per key: rocksdict's list get costs twice as much per key (measured)
+                get = self._db.get
+                values = [get(key) for key in from_db]
             except Exception as e:
                 raise KvStorageError(f"reading old rows from the kv store failed: {e}") from e
             state.update(zip(from_db, values, strict=True))
