@@ -26,6 +26,7 @@ from strom.common.errors import CorruptRecordError
 from strom.common.types import DataType, DataTypeRoot
 from strom.record import values as conv
 from strom.record.binary_array import codec_for_nested
+from strom.record.compacted_columns import ColumnarRowDecoder, MalformedRows
 from strom.record.varint import read_varint32, read_varint64, write_varint32, write_varint64
 
 __all__ = [
@@ -329,6 +330,7 @@ class CompactedRowDecoder:
     """
 
     __slots__ = (
+        "_columnar",
         "_decode",
         "_decode_many",
         "_decode_many_raw",
@@ -346,6 +348,10 @@ class CompactedRowDecoder:
         self._decode: Callable[[Buffer], tuple[Any, ...]] | None = None
         self._decode_many: Callable[[Sequence[Buffer]], list[list[Any]]] | None = None
         self._decode_many_raw: Callable[[Sequence[Buffer]], list[list[Any]]] | None = None
+        # numpy column-wise decoding where every field's type allows it (compacted_columns.py)
+        self._columnar = (
+            ColumnarRowDecoder(self.row_type) if ColumnarRowDecoder.supports(self.row_type) else None
+        )
 
     def decode(self, buf: Buffer) -> tuple[Any, ...]:
         if self._decode is None:
@@ -365,16 +371,18 @@ class CompactedRowDecoder:
         except _Malformed as e:
             raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
 
-    def to_arrow(self, rows: Sequence[Buffer], arrow_schema: pa.Schema | None = None) -> pa.RecordBatch:
-        """Decode rows column-wise into a RecordBatch (one pa.array call per column)."""
-        if self._decode_many_raw is None:
-            source = _decode_many_source(self._fields, self._header, False, "decode_many_raw")
-            self._decode_many_raw = _compile(source, self._fields, "decode_many_raw")
-        try:
-            columns = self._decode_many_raw(rows)
-        except _Malformed as e:
-            raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
-        arrays = [pa.array(col, type=t) for col, t in zip(columns, self.arrow_types, strict=True)]
+    def to_arrow(
+        self, rows: Sequence[Buffer], arrow_schema: pa.Schema | None = None, skip: int = 0
+    ) -> pa.RecordBatch:
+        """Decode rows column-wise into a RecordBatch; each row's first `skip` bytes are not part of
+        it (a schema id prefix)."""
+        if self._columnar is not None:
+            try:
+                arrays = self._columnar.columns(rows, skip)
+            except MalformedRows as e:
+                raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
+        else:
+            arrays = self._to_arrays([r[skip:] for r in rows] if skip else rows)
         if arrow_schema is None:
             names = [f"f{i}" for i in range(len(arrays))]
             return pa.RecordBatch.from_arrays(arrays, names=names)
@@ -383,6 +391,17 @@ class CompactedRowDecoder:
             for a, field in zip(arrays, arrow_schema, strict=True)
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema)
+
+    def _to_arrays(self, rows: Sequence[Buffer]) -> list[pa.Array]:
+        """Per-row decoding into Python lists, one pa.array call per column (any row type)."""
+        if self._decode_many_raw is None:
+            source = _decode_many_source(self._fields, self._header, False, "decode_many_raw")
+            self._decode_many_raw = _compile(source, self._fields, "decode_many_raw")
+        try:
+            columns = self._decode_many_raw(rows)
+        except _Malformed as e:
+            raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
+        return [pa.array(col, type=t) for col, t in zip(columns, self.arrow_types, strict=True)]
 
 
 class NestedRowCodec:

@@ -404,7 +404,7 @@ class KvTablet:
             records = self._empty_records
         else:
             try:
-                records = self._decoder.to_arrow([r[2:] for r in rows], self._arrow_schema)
+                records = self._decoder.to_arrow(rows, self._arrow_schema, skip=2)
             except Exception as e:
                 raise CorruptRecordError(
                     f"kv records of '{self.table_info.table_path}' are not rows of its schema: {e}"
