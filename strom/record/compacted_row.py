@@ -290,7 +290,8 @@ def _decode_many_source(fields: list[_FieldCode], header: int, python: bool, nam
     return "\n".join(lines) + "\n"
 
 
-def _decode_one_source(fields: list[_FieldCode], header: int) -> str:
+def _decode_one_source(fields: list[_FieldCode], header: int, names: Sequence[str] | None = None) -> str:
+    """A function decoding one row into a tuple, or with `names` into a dict by those names."""
     lines = ["def decode(buf):", f"    pos = {header}", "    try:"]
     for f in fields:
         lines.append(_field_read(f, True, 2, f"v{f.i} = {{v}}").rstrip("\n"))
@@ -299,8 +300,12 @@ def _decode_one_source(fields: list[_FieldCode], header: int) -> str:
         "            raise _Malformed(f'row ends at byte {pos}, but has {len(buf)} bytes')",
         "    except (IndexError, ValueError, struct_error) as e:",
         "        raise _Malformed(str(e)) from e",
-        "    return (" + "".join(f"v{f.i}, " for f in fields) + ")",
     ]
+    if names is None:
+        lines.append("    return (" + "".join(f"v{f.i}, " for f in fields) + ")")
+    else:
+        items = "".join(f"{n!r}: v{f.i}, " for f, n in zip(fields, names, strict=True))
+        lines.append("    return {" + items + "}")
     return "\n".join(lines) + "\n"
 
 
@@ -360,6 +365,21 @@ class CompactedRowDecoder:
             return self._decode(buf)
         except _Malformed as e:
             raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
+
+    def dict_decoder(self, names: Sequence[str]) -> Callable[[Buffer], dict[str, Any]]:
+        """A function decoding one row straight into a dict by `names` (one per field), as
+        `dict(zip(names, decode(buf)))` but without the tuple (lookups decode every row they find)."""
+        if len(names) != len(self._fields):
+            raise ValueError(f"{len(names)} names for {len(self._fields)} fields")
+        decode = _compile(_decode_one_source(self._fields, self._header, names), self._fields, "decode")
+
+        def decode_dict(buf: Buffer) -> dict[str, Any]:
+            try:
+                return decode(buf)  # type: ignore[no-any-return]
+            except _Malformed as e:
+                raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
+
+        return decode_dict
 
     def decode_many(self, rows: Sequence[Buffer]) -> list[list[Any]]:
         """Decode rows into one list of Python values per column."""

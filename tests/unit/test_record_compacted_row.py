@@ -305,6 +305,7 @@ def test_round_trip_property_over_many_types() -> None:
 
 def test_arrow_path_keeps_nanoseconds() -> None:
     import pandas as pd
+
     value = pd.Timestamp("2020-01-01 00:00:00.123456789")
     types = [TIMESTAMP(9), TIMESTAMP_LTZ(9)]
     data = CompactedRowEncoder(types).encode([value, value.tz_localize("UTC")])
@@ -420,3 +421,16 @@ def test_key_encoder_selection_rules() -> None:
         primary_key_encoder(row_type, [0], None, 3, True)
     with pytest.raises(ValueError):
         bucket_key_encoder(row_type, [0], "delta")
+
+
+def test_dict_decoder_matches_decode() -> None:
+    rnd = random.Random(11)
+    names = [f"c{i}" for i in range(len(ALL_TYPES))]
+    decoder = CompactedRowDecoder(ALL_TYPES)
+    to_dict = decoder.dict_decoder(names)
+    encoder = CompactedRowEncoder(ALL_TYPES)
+    for _ in range(50):
+        data = encoder.encode([random_value(t, rnd) for t in ALL_TYPES])
+        assert to_dict(data) == dict(zip(names, decoder.decode(data), strict=True))
+    with pytest.raises(CorruptRecordError):
+        CompactedRowDecoder(OBSERVED_TYPES).dict_decoder(["a", "b", "c"])(OBSERVED_ROW[:-1])

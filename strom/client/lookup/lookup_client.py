@@ -157,32 +157,53 @@ class LookupClient:
     # ------------------------------------------------------------------ queueing
 
     def _submit(self, query: _Query) -> None:
-        self._submit_group([query])
+        """Queue one query (the path of every single-key lookup: no lists)."""
+        if query.future.done():
+            return  # the caller gave up
+        queue = self._queue_for(query)
+        if queue is None:
+            self._wait_for_leader([query])
+            return
+        query.enqueued = self._loop.time()
+        queue.queries.append(query)
+        if not self._dispatch_scheduled:
+            self._dispatch_scheduled = True
+            self._loop.call_soon(self._dispatch)
 
     def _submit_group(self, queries: list[_Query]) -> None:
         """Queue queries of one bucket (and kind) for the bucket's leader."""
         queries = [q for q in queries if not q.future.done()]  # callers that gave up
         if not queries:
             return
-        first = queries[0]
-        leader = self.metadata.leader_for(first.bucket)
-        if leader is None:
-            waiting = self._unrouted.get(first.path)
-            if waiting is None:
-                self._unrouted[first.path] = list(queries)
-                self._spawn(self._route_later(first.path))
-            else:
-                waiting.extend(queries)
-            return
-        key = (leader.id, first.bucket.table_id, first.prefix, first.insert)
-        queue = self._queues.get(key)
+        queue = self._queue_for(queries[0])
         if queue is None:
-            queue = self._queues[key] = _Queue(leader.id, first.bucket.table_id, first.prefix, first.insert)
+            self._wait_for_leader(queries)
+            return
         now = self._loop.time()
         for query in queries:
             query.enqueued = now
         queue.queries.extend(queries)
         self._schedule_dispatch()
+
+    def _queue_for(self, query: _Query) -> _Queue | None:
+        """The queue of the query's bucket leader, table and kind; None when no leader is known."""
+        leader = self.metadata.leader_for(query.bucket)
+        if leader is None:
+            return None
+        key = (leader.id, query.bucket.table_id, query.prefix, query.insert)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue(leader.id, query.bucket.table_id, query.prefix, query.insert)
+        return queue
+
+    def _wait_for_leader(self, queries: list[_Query]) -> None:
+        path = queries[0].path
+        waiting = self._unrouted.get(path)
+        if waiting is None:
+            self._unrouted[path] = list(queries)
+            self._spawn(self._route_later(path))
+        else:
+            waiting.extend(queries)
 
     async def _route_later(self, path: TablePath) -> None:
         """Refresh the leaders of a table whose queries have no known leader, then queue them again."""

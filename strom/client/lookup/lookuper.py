@@ -158,25 +158,50 @@ class Lookuper(_KeyedLookup):
     def __init__(self, table: Table, insert_if_not_exists: bool = False) -> None:
         super().__init__(table, table.info.primary_key)
         self.insert_if_not_exists = insert_if_not_exists
+        routing = self.routing
+        # One key of an unpartitioned table whose bucket is the hash of its key bytes (the common
+        # case): the key values go straight to the key encoder and the bucket function, with the
+        # bucket objects made once (`_direct`). Anything else takes `_row` and `_values`.
+        self._direct = routing.partitioner is None and routing.is_default_bucket_key
+        self._key_names = tuple(routing.names[i] for i in routing.key_indexes)
+        self._encode_key_values = routing.key_encoder.encoder.encode
+        self._table_buckets = [self._bucket(None, b) for b in range(routing.num_buckets)]
+        self._bucket_of_key = routing.bucket_function
 
     async def lookup(self, key: KeyLike) -> dict[str, Any] | None:
         """The row with this primary key, or None."""
-        row = self._row(key)
-        routing = self.routing
-        if routing.partitioner is None:
-            # one key of an unpartitioned table: straight to the batching client, no list plumbing
-            encoded = routing.encode_key(row)
-            bucket = self._bucket(None, routing.bucket_of(row, encoded))
+        if self._direct:
+            encoded = self._direct_key(key)
+            bucket = self._table_buckets[self._bucket_of_key(encoded, self.routing.num_buckets)]
             value = await self._client.lookup(
                 self.table.path, bucket, encoded, insert=self.insert_if_not_exists
             )
         else:
-            value = (await self._values([row]))[0]
+            value = (await self._values([self._row(key)]))[0]
         if value is None:
             return None
+        row = self.decoder.own_dict(value)
+        if row is not None:
+            return row
         if not self.decoder.knows(value):
             await self.decoder.ensure_schemas([value])
         return self.decoder.to_dict(value)
+
+    def _direct_key(self, key: KeyLike) -> bytes:
+        """The key bytes of a dict holding exactly the primary-key columns, without building a
+        full-width row; other keys (tuples, extra columns, nulls) take `_row`'s checks."""
+        values = None
+        if isinstance(key, dict) and len(key) == len(self._key_names):
+            try:
+                values = [key[name] for name in self._key_names]
+            except KeyError:
+                values = None
+        if values is None or None in values:
+            return self.routing.encode_key(self._row(key))
+        try:
+            return self._encode_key_values(values)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"cannot encode the primary key {list(self.routing.primary_key)}: {e}") from e
 
     async def lookup_many(self, keys: Iterable[KeyLike]) -> list[dict[str, Any] | None]:
         """One row (or None) per key, in the order given; all keys are sent together."""

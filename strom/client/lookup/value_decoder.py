@@ -45,6 +45,9 @@ class ValueDecoder:
         self.arrow_schema = self.schema.to_arrow_schema()
         self.names = tuple(self.schema.column_names)
         self._codecs: dict[int, _SchemaCodec] = {self.schema_id: self._codec(self.schema)}
+        # values written with the reader's own schema (nearly all): straight into a dict
+        self._own_prefix = self.schema_id.to_bytes(2, "little", signed=True)
+        self._own_dict = self._codecs[self.schema_id].decoder.dict_decoder(self.names)
 
     def _codec(self, schema: Schema) -> _SchemaCodec:
         by_id = {c.column_id: i for i, c in enumerate(schema.columns)}
@@ -81,8 +84,16 @@ class ValueDecoder:
 
     # ------------------------------------------------------------------ Python rows
 
+    def own_dict(self, value: bytes) -> dict[str, Any] | None:
+        """`to_dict` of a value written with the reader's schema; None for any other schema."""
+        if value[:2] != self._own_prefix:
+            return None
+        return self._own_dict(value[2:])
+
     def to_dict(self, value: Buffer) -> dict[str, Any]:
         """One value as a dict by column name (Python values, as pyarrow's to_pylist gives them)."""
+        if isinstance(value, bytes) and (row := self.own_dict(value)) is not None:
+            return row
         schema_id, row = split_value(memoryview(value))
         codec = self._codec_of(schema_id)
         decoded = codec.decoder.decode(row)

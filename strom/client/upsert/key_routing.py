@@ -53,7 +53,8 @@ class KeyRouting:
         # The encoding of the key bytes: None for Compacted, else the lake format's.
         self.key_format = None if isinstance(self.key_encoder.encoder, CompactedKeyEncoder) else lake
         self._bucketer = HashBucketAssigner(info, schema.to_arrow_schema())
-        self._bucket_function = bucket_function_for(lake)
+        # key bytes -> bucket, for tables whose bucket key is the primary key (is_default_bucket_key)
+        self.bucket_function = bucket_function_for(lake)
         self._columnar_buckets = (
             paimon_buckets if lake == "paimon" else iceberg_buckets if lake == "iceberg" else fluss_buckets
         )
@@ -72,7 +73,7 @@ class KeyRouting:
     def bucket_of(self, row: Sequence[Any], key: bytes) -> int:
         """The bucket of a row whose key bytes are `key`."""
         if self.is_default_bucket_key:
-            return self._bucket_function(key, self.num_buckets)
+            return self.bucket_function(key, self.num_buckets)
         return self._bucketer.bucket_of_row(row)
 
     def partition_of(self, row: Sequence[Any]) -> str | None:
@@ -143,5 +144,5 @@ class KeyRouting:
     def prefix_bucket_of(self, row: Sequence[Any], prefix: bytes) -> int:
         """The bucket of a prefix-lookup key (the bucket key is exactly the prefix columns)."""
         if self.lake_format is None:
-            return self._bucket_function(prefix, self.num_buckets)
+            return self.bucket_function(prefix, self.num_buckets)
         return self._bucketer.bucket_of_row(row)
