@@ -377,13 +377,7 @@ class KvTablet:
             else:
                 from_db.append(key)
         if from_db:
-            try:
-                # one get per key: rocksdict's list get costs twice as much per key (measured)
-                get = self._db.get
-                values = [get(key) for key in from_db]
-            except Exception as e:
-                raise KvStorageError(f"reading old rows from the kv store failed: {e}") from e
-            state.update(zip(from_db, values, strict=True))
+            state.update(zip(from_db, self._get_many(from_db, "reading old rows from"), strict=True))
         if self._upgrader is not None:  # rows written before an AlterTable
             upgrade = self._upgrader.upgrade
             state = {k: None if v is None else upgrade(v) for k, v in state.items()}
@@ -547,13 +541,16 @@ class KvTablet:
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The stored value of each key (schema id + row), None when absent."""
         self._check_usable()
-        if not keys:
-            return []
+        return self._upgrade(self._get_many(keys, "reading from"))
+
+    def _get_many(self, keys: Sequence[bytes], what: str) -> list[bytes | None]:
+        # One get per key: rocksdict's list get costs more per key (measured: ~1 us against 0.17 us
+        # for an absent key with the memtable bloom filter, 0.96 against 0.86 us for a present one).
+        get = self._db.get
         try:
-            values = self._db.get(list(keys))
+            return [get(key) for key in keys]
         except Exception as e:
-            raise KvStorageError(f"reading from the kv store failed: {e}") from e
-        return self._upgrade(values)
+            raise KvStorageError(f"{what} the kv store failed: {e}") from e
 
     def prefix_lookup(self, prefixes: Sequence[bytes]) -> list[list[bytes]]:
         """For each prefix (an encoded bucket key), the stored values of the keys starting with it."""
