@@ -438,6 +438,43 @@ def test_concurrent_lookups_share_batches(shared_cluster: Cluster) -> None:
     run(shared_cluster, body)
 
 
+def test_direct_lookups_route_each_key_to_its_bucket(shared_cluster: Cluster) -> None:
+    """Single-key lookups of an unpartitioned table hash their keys together (column-wise when many
+    arrive in one turn of the event loop): every key must still reach its own bucket, whether looked
+    up alone or among many, by dict or tuple; a cancelled caller does not disturb the others; after
+    the connection closes, a lookup fails with a clear error."""
+    n = 600
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, unique("direct"), SCHEMA, ["id"], buckets=5)
+        async with table.new_upsert().create_writer() as writer:
+            writer.write_arrow(
+                pa.table(
+                    {
+                        "id": pa.array(range(n), pa.int32()),
+                        "name": [f"n{i}" for i in range(n)],
+                        "score": [float(i) for i in range(n)],
+                    }
+                )
+            )
+        lookuper = table.new_lookup().create_lookuper()
+        alone = [await lookuper.lookup({"id": i}) for i in range(0, n, 37)]
+        assert [r["name"] for r in alone] == [f"n{i}" for i in range(0, n, 37)]  # type: ignore[index]
+        many = await asyncio.gather(*(lookuper.lookup({"id": i} if i % 2 else (i,)) for i in range(n + 50)))
+        assert [r and r["score"] for r in many] == [float(i) for i in range(n)] + [None] * 50
+        cancelled = asyncio.ensure_future(lookuper.lookup({"id": 1}))
+        others = [asyncio.ensure_future(lookuper.lookup({"id": i})) for i in range(10)]
+        cancelled.cancel()
+        assert [r["id"] for r in await asyncio.gather(*others)] == list(range(10))  # type: ignore[index]
+        with pytest.raises(ValueError, match="null"):
+            await lookuper.lookup({"id": None})
+        await conn.close()
+        with pytest.raises(errors.FlussError, match="closed"):
+            await asyncio.wait_for(lookuper.lookup({"id": 1}), 5)
+
+    run(shared_cluster, body)
+
+
 # ------------------------------------------------------------------------------ snapshots and scans
 
 

@@ -125,13 +125,18 @@ class LookupClient:
         *,
         prefix: bool = False,
         insert: bool = False,
+        futures: Sequence[asyncio.Future[Any]] | None = None,
     ) -> list[asyncio.Future[Any]]:
-        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key)."""
+        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key), the
+        caller's own `futures` when given."""
         if self.closed:
             raise FlussError("The connection is closed.")
         deadline = self._loop.time() + self.timeout
+        if futures is None:
+            futures = [self._loop.create_future() for _ in keys]
         queries = [
-            _Query(path, b, k, prefix, self._loop.create_future(), deadline, insert=insert) for b, k in keys
+            _Query(path, b, k, prefix, f, deadline, insert=insert)
+            for (b, k), f in zip(keys, futures, strict=True)
         ]
         by_bucket: dict[TableBucket, list[_Query]] = {}
         for query in queries:
