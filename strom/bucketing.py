@@ -118,36 +118,8 @@ def _check(key: bytes, num_buckets: int) -> None:
 
 
 def fluss_bucket(key_bytes: bytes, num_buckets: int) -> int:
-    """`fluss_rehash_int(flink_murmur3_32(key_bytes)) % num_buckets`, written out in one function:
-    clients route every key they look up with it."""
-    if not key_bytes or num_buckets <= 0:
-        _check(key_bytes, num_buckets)
-    h = FLINK_SEED
-    n = len(key_bytes)
-    for k in (*_blocks(key_bytes), *key_bytes[n & ~3 :]):
-        k = (k * _C1) & _M32
-        k = (((k << 15) | (k >> 17)) * _C2) & _M32
-        h ^= k
-        h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    # Flink's murmurHash(int) of the (two's complement) hash: one block, length 4
-    k = (h * _C1) & _M32
-    k = (((k << 15) | (k >> 17)) * _C2) & _M32
-    h = (((((k << 13) | (k >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    h ^= 4
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    if h & 0x80000000:
-        h = (1 << 32) - h if h != 0x80000000 else 0  # abs of the negative int; INT_MIN maps to 0
-    return h % num_buckets
+    _check(key_bytes, num_buckets)
+    return fluss_rehash_int(flink_murmur3_32(key_bytes)) % num_buckets
 
 
 def paimon_bucket(key_bytes: bytes, num_buckets: int) -> int:

@@ -396,21 +396,28 @@ def test_composite_keys_partitions_and_prefix_lookups(shared_cluster: Cluster) -
     run(shared_cluster, body)
 
 
+async def create_numbered(conn: Connection, name: str, n: int, buckets: int) -> Any:
+    """A SCHEMA table holding rows id i, name "n{i}", score float(i) for i < n."""
+    table = await create(conn, unique(name), SCHEMA, ["id"], buckets=buckets)
+    async with table.new_upsert().create_writer() as writer:
+        ids = range(n)
+        writer.write_arrow(
+            pa.table(
+                {
+                    "id": pa.array(ids, pa.int32()),
+                    "name": [f"n{i}" for i in ids],
+                    "score": [float(i) for i in ids],
+                }
+            )
+        )
+    return table
+
+
 def test_concurrent_lookups_share_batches(shared_cluster: Cluster) -> None:
     n = 2000
 
     async def body(conn: Connection) -> None:
-        table = await create(conn, unique("batched"), SCHEMA, ["id"], buckets=4)
-        async with table.new_upsert().create_writer() as writer:
-            writer.write_arrow(
-                pa.table(
-                    {
-                        "id": pa.array(range(n), pa.int32()),
-                        "name": [f"n{i}" for i in range(n)],
-                        "score": [0.0] * n,
-                    }
-                )
-            )
+        table = await create_numbered(conn, "batched", n, buckets=4)
         requests: list[int] = []
         original = conn.pool.request
 
@@ -446,17 +453,7 @@ def test_direct_lookups_route_each_key_to_its_bucket(shared_cluster: Cluster) ->
     n = 600
 
     async def body(conn: Connection) -> None:
-        table = await create(conn, unique("direct"), SCHEMA, ["id"], buckets=5)
-        async with table.new_upsert().create_writer() as writer:
-            writer.write_arrow(
-                pa.table(
-                    {
-                        "id": pa.array(range(n), pa.int32()),
-                        "name": [f"n{i}" for i in range(n)],
-                        "score": [float(i) for i in range(n)],
-                    }
-                )
-            )
+        table = await create_numbered(conn, "direct", n, buckets=5)
         lookuper = table.new_lookup().create_lookuper()
         alone = [await lookuper.lookup({"id": i}) for i in range(0, n, 37)]
         assert [r["name"] for r in alone] == [f"n{i}" for i in range(0, n, 37)]  # type: ignore[index]
