@@ -1,17 +1,19 @@
-"""A local SparkSession ready for Strom, and registration of the `fluss` data source.
+"""A SparkSession ready for Strom, and registration of the `fluss` data source.
 
-Spark runs Python workers with ``PYSPARK_PYTHON`` (``python3`` from PATH by default, which is not
-our virtualenv unless it is activated), so both worker variables are pinned to this interpreter
-before the JVM starts. Pushed filters need ``spark.sql.python.filterPushdown.enabled``: a reader
-that implements ``pushFilters`` fails without it.
+Local masters get local defaults (loopback, no UI); cluster masters get `strom` shipped to their
+executors (strom.spark.shipping). Environment variables Spark reads at start-up get defaults only where
+they are right (`prepare_environment`). Pushed filters need ``spark.sql.python.filterPushdown.enabled``:
+a reader that implements ``pushFilters`` fails without it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from strom.spark.shipping import with_package
 
@@ -43,15 +45,55 @@ def is_local(master: str) -> bool:
     return master == "local" or master.startswith("local[")
 
 
-def _prepare_environment() -> None:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Workers must import strom even when it runs from a source tree rather than an install.
+def is_loopback(master: str) -> bool:
+    """A standalone master on this machine's loopback (the test cluster, `strom local --spark-master
+    standalone`): its executors run here, next to the driver."""
+    host = urlsplit(master).hostname if master.startswith("spark://") else None
+    return host is not None and (host == "localhost" or host == "::1" or host.startswith("127."))
+
+
+def prepare_environment(master: str, conf: Mapping[str, Any]) -> None:
+    """Environment variables read when the JVM and Python workers start; set before the session.
+
+    - ``spark.pyspark.python`` / ``spark.pyspark.driver.python`` in `conf` become ``PYSPARK_PYTHON`` /
+      ``PYSPARK_DRIVER_PYTHON``, as spark-submit does: PySpark reads the executors' interpreter from the
+      variable only, so the setting given to the builder would otherwise be ignored.
+    - ``PYSPARK_DRIVER_PYTHON`` (the driver-side Python workers that plan data source reads) defaults to
+      this interpreter: it runs here and has Strom.
+    - Local and loopback masters, whose executors run on this machine: ``PYSPARK_PYTHON`` defaults to this
+      interpreter (Spark's default, ``python3`` from PATH, is not our virtualenv unless it is activated)
+      and ``SPARK_LOCAL_IP`` to 127.0.0.1 (no host name lookup, nothing bound beyond loopback).
+      On a real cluster neither is touched: executors use their own Python, and the driver must bind an
+      address they reach.
+
+    A variable the user already set is never overridden (except by the explicit settings above).
+    """
+    for key, variable in (
+        ("spark.pyspark.python", "PYSPARK_PYTHON"),
+        ("spark.pyspark.driver.python", "PYSPARK_DRIVER_PYTHON"),
+    ):
+        if conf.get(key):
+            os.environ[variable] = str(conf[key])
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local(master) or is_loopback(master):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers this driver starts on this machine import strom even when it runs from a source
+    # tree rather than an install (executors elsewhere get the shipped zip, see strom.spark.shipping).
     root = str(Path(__file__).resolve().parents[2])
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+
+
+def submitted_master() -> str | None:
+    """The master spark-submit was given, when this driver was launched by it (else None)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, whose properties hold the conf
+    return SparkConf().get("spark.master", None)
 
 
 def register(spark: SparkSession) -> SparkSession:
@@ -64,15 +106,18 @@ def register(spark: SparkSession) -> SparkSession:
     return spark
 
 
-def session(app: str = "strom", master: str = "local[2]", **conf: Any) -> SparkSession:
+def session(app: str = "strom", master: str | None = None, **conf: Any) -> SparkSession:
     """A SparkSession configured for Strom with format ``fluss`` registered.
 
-    Extra Spark settings go in `conf` (``session(**{"spark.driver.memory": "2g"})``); they win over
-    the defaults. An already running session is reused, and still gets the data source registered.
-    With a cluster master (``spark://``, ``yarn``, ``k8s://``) the `strom` package is shipped to the
-    executors as a zip in ``spark.submit.pyFiles`` (strom.spark.shipping), and the web UI is on.
+    `master` defaults to the one spark-submit was given (when it launched this driver), else
+    ``local[2]``. Extra Spark settings go in `conf` (``session(**{"spark.driver.memory": "2g"})``); they
+    win over the defaults. An already running session is reused, and still gets the data source
+    registered. With a cluster master (``spark://``, ``yarn``, ``k8s://``) the `strom` package is shipped
+    to the executors as a zip in ``spark.submit.pyFiles`` (strom.spark.shipping), and the web UI is on.
+    Environment defaults: see `prepare_environment`.
     """
-    _prepare_environment()
+    master = master or submitted_master() or "local[2]"
+    prepare_environment(master, conf)
     from pyspark.sql import SparkSession
 
     settings = {**LOCAL_CONF, **conf} if is_local(master) else with_package({**COMMON_CONF, **conf})

@@ -41,6 +41,9 @@ def build_package_zip(directory: Path | None = None) -> Path:
 
 
 def with_package(conf: dict[str, str], directory: Path | None = None) -> dict[str, str]:
-    """`conf` with the strom zip added to `spark.submit.pyFiles` (after the user's own files)."""
+    """`conf` with the strom zip added to `spark.submit.pyFiles` (after the user's own files); as it is
+    when this process imports `strom` from a zip already (spark-submit --py-files shipped it)."""
+    if not package_root().is_dir():
+        return conf
     existing = [p for p in conf.get("spark.submit.pyFiles", "").split(",") if p]
     return {**conf, "spark.submit.pyFiles": ",".join([*existing, str(build_package_zip(directory))])}
