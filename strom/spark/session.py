@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from strom.spark.shipping import with_package
+from strom.spark.shipping import add_package, with_package
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -116,14 +116,23 @@ def session(app: str = "strom", master: str | None = None, **conf: Any) -> Spark
     to the executors as a zip in ``spark.submit.pyFiles`` (strom.spark.shipping), and the web UI is on.
     Environment defaults: see `prepare_environment`.
     """
-    master = master or submitted_master() or "local[2]"
+    submitted = submitted_master() if master is None else None
+    master = master or submitted or "local[2]"
     prepare_environment(master, conf)
     from pyspark.sql import SparkSession
 
-    settings = {**LOCAL_CONF, **conf} if is_local(master) else with_package({**COMMON_CONF, **conf})
+    if is_local(master):
+        settings = {**LOCAL_CONF, **conf}
+    elif submitted:
+        settings = {**COMMON_CONF, **conf}  # spark-submit's JVM runs already: the zip is added below
+    else:
+        settings = with_package({**COMMON_CONF, **conf})
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, str(value))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if submitted and not is_local(master):
+        # spark.submit.pyFiles reaches executors only when the JVM starts with it
+        add_package(spark.sparkContext)
     return register(spark)

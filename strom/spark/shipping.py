@@ -11,6 +11,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import strom
 
@@ -47,3 +48,10 @@ def with_package(conf: dict[str, str], directory: Path | None = None) -> dict[st
         return conf
     existing = [p for p in conf.get("spark.submit.pyFiles", "").split(",") if p]
     return {**conf, "spark.submit.pyFiles": ",".join([*existing, str(build_package_zip(directory))])}
+
+
+def add_package(context: Any) -> None:
+    """Ship the strom zip through a running SparkContext (`addPyFile`), unless this process imports
+    `strom` from a zip already (spark-submit --py-files shipped it)."""
+    if package_root().is_dir():
+        context.addPyFile(str(build_package_zip()))

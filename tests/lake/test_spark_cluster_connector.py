@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from harness import Cluster, run_pyfluss
+from test_spark_cluster import worker_running
 
 from strom.server.launcher import free_port
 from strom.spark.standalone import StandaloneCluster, spark_home
@@ -121,16 +122,6 @@ def retried_tasks(ui_port: int) -> list[tuple[str, str]]:
             ]
             retried += [(failed.get("errorMessage", ""), executor) for executor in again]
     return retried
-
-
-def worker_running(spark: StandaloneCluster, app_name: str, executor_id: str) -> int:
-    """Index of the worker whose JVM runs that executor of the active app named `app_name`."""
-    app_id = next(a["id"] for a in spark.state()["activeapps"] if a["name"] == app_name)
-    for worker in spark.workers:
-        for executor in get_json(f"http://{worker.ui}/json/").get("executors", []):
-            if executor["appid"] == app_id and str(executor["id"]) == executor_id:
-                return worker.index
-    raise AssertionError(f"no worker runs executor {executor_id} of {app_id}")
 
 
 def read_log(bootstrap: str, name: str, buckets: int) -> pa.Table:
