@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
 from kv_table_maker import LOG_CONFIG, make_info
 from log_batch_maker import make_batch
 
-from strom.common.errors import NotLeaderOrFollowerError
+from strom.common.errors import NotLeaderOrFollowerError, RequestTimeoutError
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.types import BIGINT
@@ -77,7 +76,11 @@ def test_acks_all_writes_waiting_on_a_leader_that_becomes_a_follower_fail_at_onc
         try:
             replica = lead(manager, replicas=(0, 1), isr=(0, 1), bucket_epoch=1)
             replica.log_tablet().append_as_leader(make_batch(records=3))
-            waiting = asyncio.ensure_future(replica.wait_for_high_watermark(3, timeout=30))
+            timed_out = await replica.replication_error(3, 0.05, "the append to")
+            assert (
+                isinstance(timed_out, RequestTimeoutError) and "in-sync replicas [0, 1]" in timed_out.message
+            )
+            waiting = asyncio.ensure_future(replica.replication_error(3, 30, "the append to"))
             await asyncio.sleep(0.01)
             assert not waiting.done()
             manager.become_leader_or_follower(
@@ -92,8 +95,8 @@ def test_acks_all_writes_waiting_on_a_leader_that_becomes_a_follower_fail_at_onc
                 isr=(0, 1),
                 bucket_epoch=2,
             )
-            with pytest.raises(NotLeaderOrFollowerError, match="follower of server 1"):
-                await asyncio.wait_for(waiting, 1)
+            error = await asyncio.wait_for(waiting, 1)
+            assert isinstance(error, NotLeaderOrFollowerError) and "follower of server 1" in error.message
         finally:
             manager.close()
 

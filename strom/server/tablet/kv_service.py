@@ -18,7 +18,6 @@ from strom.common.errors import (
     InvalidRequiredAcksError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
-    RequestTimeoutError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -136,26 +135,14 @@ class KvService:
                 _set_error(result, _unexpected(bucket, "PutKv", e))
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
-            replicated = await asyncio.gather(
-                *(replica.wait_for_high_watermark(end, timeout) for _, replica, end in waits),
-                return_exceptions=True,
+            errors = await asyncio.gather(
+                *(replica.replication_error(end, timeout, "the changelog of") for _, replica, end in waits)
             )
-            for (result, replica, end), done in zip(waits, replicated, strict=True):
+            for (result, replica, _), error in zip(waits, errors, strict=True):
                 self._flush_committed(replica)
-                if isinstance(done, FlussError):  # the replica stopped leading while it waited
+                if error is not None:
                     result.ClearField("log_end_offset")
-                    _set_error(result, done)
-                elif isinstance(done, BaseException):
-                    raise done
-                elif not done:
-                    result.ClearField("log_end_offset")
-                    _set_error(
-                        result,
-                        RequestTimeoutError(
-                            f"the changelog of {replica.bucket} (up to offset {end}) was not replicated to "
-                            f"the in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
-                        ),
-                    )
+                    _set_error(result, error)
         return response
 
     async def _append(
@@ -246,11 +233,9 @@ class KvService:
         # whatever the acks.
         timeout = max(request.timeout_ms if request.HasField("timeout_ms") else 30_000, 1) / 1000
         end = appended.last_offset + 1
-        if not await replica.wait_for_high_watermark(end, timeout):
-            raise RequestTimeoutError(
-                f"the inserted keys of {replica.bucket} (up to offset {end}) were not replicated to the "
-                f"in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
-            )
+        error = await replica.replication_error(end, timeout, "the inserted keys of")
+        if error is not None:
+            raise error
         self._flush_committed(replica)
         inserted = dict(zip(missing, kv.multi_get(missing), strict=True))
         return [inserted[key] if value is None else value for key, value in zip(keys, values, strict=True)]

@@ -25,7 +25,6 @@ from strom.common.errors import (
     InvalidTimestampError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    RequestTimeoutError,
     SchemaNotExistError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
@@ -168,25 +167,13 @@ class LogService:
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
-            replicated = await asyncio.gather(
-                *(r.wait_for_high_watermark(end, timeout) for _, r, end in waits),
-                return_exceptions=True,
+            errors = await asyncio.gather(
+                *(r.replication_error(end, timeout, "the append to") for _, r, end in waits)
             )
-            for (result, replica, end), done in zip(waits, replicated, strict=True):
-                if isinstance(done, FlussError):  # the replica stopped leading while it waited
+            for (result, _, _), error in zip(waits, errors, strict=True):
+                if error is not None:
                     result.ClearField("base_offset")
-                    _set_error(result, done)
-                elif isinstance(done, BaseException):
-                    raise done
-                elif not done:
-                    result.ClearField("base_offset")
-                    _set_error(
-                        result,
-                        RequestTimeoutError(
-                            f"the append to {replica.bucket} (up to offset {end}) was not replicated to the "
-                            f"in-sync replicas {list(replica.isr)} within {timeout:.1f}s"
-                        ),
-                    )
+                    _set_error(result, error)
         return response
 
     # ---- reads

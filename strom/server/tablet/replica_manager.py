@@ -17,8 +17,10 @@ import pyarrow as pa
 from strom.common.config import LogFormat
 from strom.common.errors import (
     FencedLeaderEpochError,
+    FlussError,
     LogStorageError,
     NotLeaderOrFollowerError,
+    RequestTimeoutError,
     UnknownTableOrBucketError,
 )
 from strom.common.schema import Schema
@@ -124,6 +126,20 @@ class Replica:
             return True
         except TimeoutError:
             return False
+
+    async def replication_error(self, offset: int, timeout: float, what: str) -> FlussError | None:
+        """None once the in-sync replicas have everything below `offset` (acks=all); otherwise the
+        error the writer gets: NOT_LEADER_OR_FOLLOWER when this replica stopped leading meanwhile, or a
+        request timeout naming `what` was written."""
+        try:
+            if await self.wait_for_high_watermark(offset, timeout):
+                return None
+        except NotLeaderOrFollowerError as e:
+            return e
+        return RequestTimeoutError(
+            f"{what} {self.bucket} (up to offset {offset}) was not replicated to the in-sync replicas "
+            f"{list(self.isr)} within {timeout:.1f}s"
+        )
 
     def give_up_leadership(self, why: str) -> None:
         """Fail the acks=all writes still waiting here: a follower's high watermark follows another
