@@ -46,6 +46,8 @@ def start_cluster_tiering(
         "spark.executor.cores": "1",
         "spark.cores.max": "2",  # one executor on each worker, and cores left for a second application
         "spark.executor.memory": "512m",
+        # the REST API shows a task as soon as it starts (rounds of a million rows last under a second)
+        "spark.ui.liveUpdate.period": "0ms",
     }
     args += [a for k, v in spark.items() for a in ("--spark-conf", f"{k}={v}")]
     args += [a for k, v in config.items() for a in ("--config", f"{k}={v}")]
@@ -93,7 +95,7 @@ def kill_workers_mid_round(
     kills = 0
     while not failed_tasks(ui_port):
         assert kills < 4, "never caught an executor running a tiering task"
-        workload.events_per_write = 1_000_000  # a round long enough to be caught in
+        workload.events_per_write = 2_000_000  # a round long enough to be caught in
         session(cluster, workload.write)
         workload.events_per_write = 500
         rounds = log.read_text().count("tiering fluss.events (")
