@@ -179,18 +179,29 @@ class RpcConnection(asyncio.Protocol):
             raise NetworkError(f"connection to {self.address} is closed")
         request_id = self.next_request_id
         self.next_request_id = (request_id + 1) & 0x7FFFFFFF
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bytes] = loop.create_future()
         self.pending[request_id] = (future, api_key)
         if version is None:
             version = self.version_for(api_key) if api_key != ApiKey.API_VERSIONS else 0
         transport.write(encode_request(int(api_key), version, request_id, body))
+        if timeout is None:
+            return await future
+        # A timer on the request's own future: asyncio.wait_for wraps it in a waiter future and
+        # callbacks, a cost every request paid (lookups send thousands per second).
+        timer = loop.call_later(timeout, self._time_out, request_id, timeout)
         try:
-            return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            self.pending.pop(request_id, None)
-            raise RequestTimeoutError(
-                f"{api_key.name} to {self.address} timed out after {timeout:.1f}s"
-            ) from None
+            return await future
+        finally:
+            timer.cancel()
+
+    def _time_out(self, request_id: int, timeout: float) -> None:
+        entry = self.pending.pop(request_id, None)
+        if entry is not None and not entry[0].done():
+            future, api_key = entry
+            future.set_exception(
+                RequestTimeoutError(f"{api_key.name} to {self.address} timed out after {timeout:.1f}s")
+            )
 
     def close(self) -> None:
         if self.transport is not None:
