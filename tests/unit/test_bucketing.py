@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -50,6 +51,16 @@ def test_raw_hashes() -> None:
     assert fluss_rehash_int(0) == 0x2362F9DE
     assert fluss_rehash_int(42) == 0x43A46E1D
     assert fluss_rehash_int(-77) == 0x2EEB27DE
+
+
+def test_fluss_bucket_is_the_rehashed_flink_hash() -> None:
+    """The written-out `fluss_bucket` against its definition: keys of 0-9 full blocks and every tail
+    length, several bucket counts."""
+    rng = random.Random(11)
+    keys = [rng.randbytes(rng.randrange(1, 40)) for _ in range(3000)]
+    for key in keys:
+        for n in (1, 2, 3, 7, 16, 1000):
+            assert fluss_bucket(key, n) == fluss_rehash_int(flink_murmur3_32(key)) % n
 
 
 def test_int_keys_route_as_observed() -> None:
