@@ -112,7 +112,9 @@ def rocksdb_references(keys: int, single: int) -> tuple[list[float], float]:
                 latencies.append((time.perf_counter() - started) * 1000)
                 assert value is not None
             writer.close()
+            await writer.wait_closed()
             server.close()
+            await server.wait_closed()  # the echo handler sees the end of the stream and returns
             return latencies
 
         latencies = asyncio.run(round_trips())

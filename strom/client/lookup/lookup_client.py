@@ -1,12 +1,17 @@
 """Batching lookups and prefix lookups into Lookup / PrefixLookup requests, one connection-wide queue
 per leader, table and kind, shared by every lookuper and every concurrent caller of the connection.
 
-A queue is sent when it holds ``client.lookup.max-batch-size`` keys, when no request of that queue is
-in flight (so a lone lookup goes out at once, on the next turn of the event loop, together with the
-lookups issued in the same turn), or when its oldest key has waited ``client.lookup.batch-timeout``.
-While a request is in flight, new keys therefore gather into the next batch: under load, batches grow
-towards the maximum by themselves, and a single caller pays no fixed delay. At most
-``client.lookup.max-inflight-requests`` requests are unanswered at once.
+A queue is sent when it holds ``client.lookup.max-batch-size`` keys, when fewer than two requests of
+that queue are in flight (so a lone lookup goes out at once, on the next turn of the event loop,
+together with the lookups issued in the same turn), or when its oldest key has waited
+``client.lookup.batch-timeout``. While two requests are in flight, new keys gather into the next
+batch: under load, batches grow towards the maximum by themselves, and a single caller pays no fixed
+delay. At most ``client.lookup.max-inflight-requests`` requests are unanswered at once.
+
+Two in flight, not one, so that client and server work at the same time: a batch of 64 keys or more
+that finds nothing in flight goes as two requests, and while the server answers one, this process
+decodes the other's answer and its callers issue their next keys. With one request at a time the two
+processes took turns (64 concurrent callers: ~85k keys/s on 2 cores; see docs/performance.md).
 
 One request carries the keys of several buckets of one table (grouped per bucket, as the protocol
 wants); each bucket's answer holds one value (or value list) per key, in key order. Per-bucket errors
@@ -52,6 +57,9 @@ log = logging.getLogger(__name__)
 RETRY_BACKOFF = Backoff(initial=0.05, maximum=1.0, jitter=0.2)
 _STALE_METADATA = (NetworkError, NotLeaderOrFollowerError, UnknownTableOrBucketError, LeaderNotAvailableError)
 
+_PIPELINE_DEPTH = 2  # requests of one queue in flight before new keys wait (module docstring)
+_MIN_SPLIT = 32  # a batch is split in two only when each half has at least this many keys
+
 _CLIENTS: PerConnection[LookupClient] = PerConnection(lambda connection: LookupClient(connection))
 
 
@@ -93,7 +101,7 @@ class LookupClient:
         self.max_in_flight = max(1, config.lookup_max_inflight_requests)
         self.max_retries = config.lookup_max_retries
         self.timeout = config.request_timeout.total_seconds()
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self._queues: dict[tuple[int, int, bool, bool], _Queue] = {}
         self._in_flight = 0
         self._dispatch_scheduled = False
@@ -131,9 +139,9 @@ class LookupClient:
         caller's own `futures` when given."""
         if self.closed:
             raise FlussError("The connection is closed.")
-        deadline = self._loop.time() + self.timeout
+        deadline = self.loop.time() + self.timeout
         if futures is None:
-            futures = [self._loop.create_future() for _ in keys]
+            futures = [self.loop.create_future() for _ in keys]
         queries = [
             _Query(path, b, k, prefix, f, deadline, insert=insert)
             for (b, k), f in zip(keys, futures, strict=True)
@@ -149,13 +157,33 @@ class LookupClient:
             self._submit_group(group)
         return [q.future for q in queries]
 
+    def lookup_bucket(
+        self,
+        path: TablePath,
+        bucket: TableBucket,
+        keys: Sequence[bytes],
+        futures: Sequence[asyncio.Future[Any]],
+        *,
+        insert: bool = False,
+    ) -> None:
+        """`lookup` of many keys of one bucket, answered through the caller's `futures`."""
+        if self.closed:
+            raise FlussError("The connection is closed.")
+        deadline = self.loop.time() + self.timeout
+        self._submit_group(
+            [
+                _Query(path, bucket, k, False, f, deadline, insert=insert)
+                for k, f in zip(keys, futures, strict=True)
+            ]
+        )
+
     def _submit_new(
         self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool = False
     ) -> asyncio.Future[Any]:
         if self.closed:
             raise FlussError("The connection is closed.")
-        future: asyncio.Future[Any] = self._loop.create_future()
-        deadline = self._loop.time() + self.timeout
+        future: asyncio.Future[Any] = self.loop.create_future()
+        deadline = self.loop.time() + self.timeout
         self._submit(_Query(path, bucket, key, prefix, future, deadline, insert=insert))
         return future
 
@@ -169,11 +197,11 @@ class LookupClient:
         if queue is None:
             self._wait_for_leader([query])
             return
-        query.enqueued = self._loop.time()
+        query.enqueued = self.loop.time()
         queue.queries.append(query)
         if not self._dispatch_scheduled:
             self._dispatch_scheduled = True
-            self._loop.call_soon(self._dispatch)
+            self.loop.call_soon(self._dispatch)
 
     def _submit_group(self, queries: list[_Query]) -> None:
         """Queue queries of one bucket (and kind) for the bucket's leader."""
@@ -184,7 +212,7 @@ class LookupClient:
         if queue is None:
             self._wait_for_leader(queries)
             return
-        now = self._loop.time()
+        now = self.loop.time()
         for query in queries:
             query.enqueued = now
         queue.queries.extend(queries)
@@ -220,7 +248,7 @@ class LookupClient:
         except FlussError as e:
             error = e
         queries = self._unrouted.pop(path, [])
-        now = self._loop.time()
+        now = self.loop.time()
         retry: list[_Query] = []
         for query in queries:
             if self.metadata.leader_for(query.bucket) is not None:
@@ -239,7 +267,7 @@ class LookupClient:
     def _schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled:
             self._dispatch_scheduled = True
-            self._loop.call_soon(self._dispatch)
+            self.loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
         """Send every queue that is due, within the in-flight limit."""
@@ -247,7 +275,7 @@ class LookupClient:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        now = self._loop.time()
+        now = self.loop.time()
         next_due: float | None = None
         for key, queue in list(self._queues.items()):
             queries = queue.queries
@@ -255,10 +283,13 @@ class LookupClient:
                 queries.popleft()  # callers that gave up
             while queries and self._in_flight < self.max_in_flight:
                 due = queries[0].enqueued + self.linger
-                if len(queries) < self.max_batch and queue.in_flight and now < due:
+                if len(queries) < self.max_batch and queue.in_flight >= _PIPELINE_DEPTH and now < due:
                     next_due = due if next_due is None else min(next_due, due)
                     break
-                batch = [queries.popleft() for _ in range(min(self.max_batch, len(queries)))]
+                size = min(self.max_batch, len(queries))
+                if not queue.in_flight and size >= 2 * _MIN_SPLIT:
+                    size = (size + 1) // 2
+                batch = [queries.popleft() for _ in range(size)]
                 batch = [q for q in batch if not q.future.done()]
                 if batch:
                     queue.in_flight += 1
@@ -267,10 +298,10 @@ class LookupClient:
             if not queries and not queue.in_flight:
                 del self._queues[key]
         if next_due is not None and not self.closed:
-            self._timer = self._loop.call_at(next_due, self._schedule_dispatch)
+            self._timer = self.loop.call_at(next_due, self._schedule_dispatch)
 
     def _spawn(self, work: Any) -> None:
-        task = self._loop.create_task(work)
+        task = self.loop.create_task(work)
         self._tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:
@@ -301,9 +332,15 @@ class LookupClient:
 
     async def _send_batch(self, queue: _Queue, batch: list[_Query]) -> None:
         by_bucket: dict[TableBucket, list[_Query]] = {}
+        last: TableBucket | None = None
+        group: list[_Query] = []
         for query in batch:
             query.attempts += 1
-            by_bucket.setdefault(query.bucket, []).append(query)
+            # queues hold runs of one bucket: hash a bucket only where a run starts
+            if query.bucket is not last:
+                last = query.bucket
+                group = by_bucket.setdefault(last, [])
+            group.append(query)
         request: pb.LookupRequest | pb.PrefixLookupRequest
         if queue.prefix:
             request = pb.PrefixLookupRequest(table_id=queue.table_id)
@@ -355,18 +392,20 @@ class LookupClient:
                     _fail(query, error)
                 continue
             for query, result in zip(queries, results, strict=True):
-                if query.future.done():
+                future = query.future
+                if future.done():
                     continue
                 if queue.prefix:
-                    query.future.set_result(list(result.values))
+                    future.set_result(list(result.values))
                 else:
-                    query.future.set_result(result.values if result.HasField("values") else None)
+                    value = result.values  # stored values are never empty: HasField only for b""
+                    future.set_result(value if value or result.HasField("values") else None)
         for bucket, queries in by_bucket.items():
             if bucket not in answered:
                 self._retry_or_fail(queries, UnknownServerError(f"No answer for {bucket}."))
 
     def _retry_or_fail(self, queries: list[_Query], error: FlussError) -> None:
-        now = self._loop.time()
+        now = self.loop.time()
         retry = [
             q
             for q in queries
