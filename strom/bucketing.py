@@ -10,8 +10,9 @@ table's buckets:
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
+
+import mmh3
 
 __all__ = [
     "BucketFunction",
@@ -38,13 +39,47 @@ def _mix_k1(k: int) -> int:
     return (k * _C2) & _M32
 
 
-def _mix_h1(h: int, k: int) -> int:
-    h ^= k
-    h = ((h << 13) | (h >> 19)) & _M32
-    return (h * 5 + 0xE6546B64) & _M32
+def _to_signed(h: int) -> int:
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
-def _fmix(h: int) -> int:
+def murmur3_32(data: bytes, seed: int = 0) -> int:
+    """Standard MurmurHash3_x86_32 (unsigned), as Iceberg and Guava compute it."""
+    return mmh3.hash(data, seed & _M32, False)
+
+
+# Flink's mix of a trailing byte (mixed as a block of its own), for every byte value.
+_BYTE_K1 = tuple(_mix_k1(b) for b in range(256))
+# A trailing byte as the 4-byte little-endian block Flink's variant makes of it.
+_BYTE_BLOCK = tuple(bytes((b, 0, 0, 0)) for b in range(256))
+# Inverses (mod 2^32) of the finalizer's multipliers, to undo it.
+_FMIX_INV1 = pow(0x85EBCA6B, -1, 1 << 32)
+_FMIX_INV2 = pow(0xC2B2AE35, -1, 1 << 32)
+
+
+def _flink_hash(data: bytes, seed: int) -> int:
+    """Flink's MurmurHash3_x86_32 variant, unsigned. It mixes each trailing byte as a block of its
+    own, so its body is standard murmur3 (mmh3, in C) of the data with every trailing byte widened to
+    a block; only the finalizer differs, which takes the real length: mmh3's finalizer is undone and
+    redone with it. Keys of one to three bytes (small varints) are quicker mixed here directly."""
+    n = len(data)
+    full = n & ~3
+    if full == n:
+        return mmh3.hash(data, seed, False)
+    if full:
+        padded = data[:full] + b"".join([_BYTE_BLOCK[b] for b in data[full:]])
+        h = mmh3.hash(padded, seed, False)
+        h ^= h >> 16
+        h = (h * _FMIX_INV2) & _M32
+        h ^= (h >> 13) ^ (h >> 26)
+        h = (h * _FMIX_INV1) & _M32
+        h ^= (h >> 16) ^ len(padded)
+    else:
+        h = seed
+        for b in data:
+            h ^= _BYTE_K1[b]
+            h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
+    h ^= n
     h ^= h >> 16
     h = (h * 0x85EBCA6B) & _M32
     h ^= h >> 13
@@ -52,59 +87,14 @@ def _fmix(h: int) -> int:
     return h ^ (h >> 16)
 
 
-_BLOCK_UNPACKERS: dict[int, Callable[[bytes], tuple[int, ...]]] = {}
-
-
-def _blocks(data: bytes) -> tuple[int, ...]:
-    """The little-endian 32-bit words of `data` (trailing bytes left out)."""
-    n = len(data) >> 2
-    unpack = _BLOCK_UNPACKERS.get(n)
-    if unpack is None:
-        unpack = _BLOCK_UNPACKERS[n] = struct.Struct(f"<{n}I").unpack_from
-    return unpack(data)
-
-
-def _to_signed(h: int) -> int:
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
 def flink_murmur3_32(data: bytes, seed: int = FLINK_SEED) -> int:
-    """Flink's MurmurHash3_x86_32 (signed int32): each trailing byte is mixed as a block of its own.
-
-    Written out in one loop (no helper calls): clients hash every key they look up or write row by
-    row, and this is most of that cost."""
-    h = seed & _M32
-    n = len(data)
-    full = n & ~3
-    for k in (*_blocks(data), *data[full:]):
-        k = (k * _C1) & _M32
-        k = (((k << 15) | (k >> 17)) * _C2) & _M32
-        h ^= k
-        h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def murmur3_32(data: bytes, seed: int = 0) -> int:
-    """Standard MurmurHash3_x86_32 (unsigned), as Iceberg and Guava compute it."""
-    h = seed & _M32
-    for k in _blocks(data):
-        h = _mix_h1(h, _mix_k1(k))
-    tail = data[len(data) & ~3 :]
-    if tail:
-        h ^= _mix_k1(int.from_bytes(tail, "little"))
-    return _fmix(h ^ len(data))
+    """Flink's MurmurHash3_x86_32 (signed int32): each trailing byte is mixed as a block of its own."""
+    return _to_signed(_flink_hash(data, seed & _M32))
 
 
 def fluss_rehash_int(value: int) -> int:
     """Flink's MathUtils.murmurHash(int): a non-negative int (INT_MIN maps to 0)."""
-    h = _mix_h1(0, _mix_k1(value & _M32))
-    h = _to_signed(_fmix(h ^ 4))
+    h = mmh3.hash((value & _M32).to_bytes(4, "little"), 0)
     if h >= 0:
         return h
     return -h if h != -(1 << 31) else 0
@@ -117,44 +107,15 @@ def _check(key: bytes, num_buckets: int) -> None:
         raise ValueError(f"number of buckets must be positive, got {num_buckets}")
 
 
-# Flink's mix of a trailing byte (mixed as a block of its own), for every byte value.
-_BYTE_K1 = tuple(_mix_k1(b) for b in range(256))
-
-
 def fluss_bucket(key_bytes: bytes, num_buckets: int) -> int:
-    """`fluss_rehash_int(flink_murmur3_32(key)) % num_buckets`, written out in one function: clients
-    route every key they look up or write by it, and calls and tuples were half of its cost."""
-    n = len(key_bytes)
-    if not n or num_buckets <= 0:
+    """`fluss_rehash_int(flink_murmur3_32(key)) % num_buckets`, with the rehash written in: clients
+    route every key they look up or write by it."""
+    if not key_bytes or num_buckets <= 0:
         _check(key_bytes, num_buckets)
-    h = FLINK_SEED
-    full = n & ~3
-    if full:
-        for k in _blocks(key_bytes):
-            k = (k * _C1) & _M32
-            h ^= (((k << 15) | (k >> 17)) * _C2) & _M32
-            h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    for b in key_bytes[full:]:
-        h ^= _BYTE_K1[b]
-        h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    # Flink's MathUtils.murmurHash(int): the hash as one 4-byte block, seed 0
-    k = (h * _C1) & _M32
-    h = (((k << 15) | (k >> 17)) * _C2) & _M32
-    h = (((((h << 13) | (h >> 19)) & _M32) * 5) + 0xE6546B64) & _M32
-    h ^= 4
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & _M32
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & _M32
-    h ^= h >> 16
-    if h & 0x80000000:  # negative as an int: its absolute value, and INT_MIN maps to 0
-        h = (1 << 32) - h if h != 0x80000000 else 0
+    # Flink's MathUtils.murmurHash(int) is standard murmur3 of the int's 4 bytes, seed 0
+    h = mmh3.hash(_flink_hash(key_bytes, FLINK_SEED).to_bytes(4, "little"), 0)
+    if h < 0:  # its absolute value, and INT_MIN maps to 0
+        h = -h if h != -(1 << 31) else 0
     return h % num_buckets
 
 

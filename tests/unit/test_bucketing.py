@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import struct
 
+import pyarrow as pa
 import pytest
 
 from strom.bucketing import (
@@ -17,6 +18,7 @@ from strom.bucketing import (
     paimon_bucket,
 )
 from strom.common.types import INT
+from strom.record.columnar_keys import flink_murmur_hashes, fluss_buckets
 from strom.record.key_encoder import CompactedKeyEncoder
 
 FOX = b"The quick brown fox jumps over the lazy dog"
@@ -54,13 +56,17 @@ def test_raw_hashes() -> None:
 
 
 def test_fluss_bucket_is_the_rehashed_flink_hash() -> None:
-    """The written-out `fluss_bucket` against its definition: keys of 0-9 full blocks and every tail
-    length, several bucket counts."""
+    """`fluss_bucket` (mmh3 with the finalizer redone, or mixed in Python for short keys) against the
+    column-wise numpy hash, written independently: every tail length, 0-9 full blocks, several
+    bucket counts."""
     rng = random.Random(11)
     keys = [rng.randbytes(rng.randrange(1, 40)) for _ in range(3000)]
-    for key in keys:
-        for n in (1, 2, 3, 7, 16, 1000):
-            assert fluss_bucket(key, n) == fluss_rehash_int(flink_murmur3_32(key)) % n
+    column = pa.array(keys, pa.large_binary())
+    assert [flink_murmur3_32(k) for k in keys] == flink_murmur_hashes(column).tolist()
+    for n in (1, 2, 3, 7, 16, 1000):
+        expected = fluss_buckets(column, n).tolist()
+        assert [fluss_bucket(k, n) for k in keys] == expected
+        assert expected == [fluss_rehash_int(flink_murmur3_32(k)) % n for k in keys]
 
 
 def test_int_keys_route_as_observed() -> None:

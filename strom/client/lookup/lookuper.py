@@ -37,9 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["Lookuper", "PrefixLookuper", "TableLookup", "TablePrefixLookup"]
 
 KeyLike = Mapping[str, Any] | Sequence[Any]
-# From this many keys on, direct lookups are hashed column-wise: numpy costs ~50 us per call, the
-# written-out `fluss_bucket` ~1.5 us per key.
-_COLUMNAR_HASH_MIN_KEYS = 48
+# From this many keys on, direct lookups are hashed column-wise: numpy costs ~70 us per call plus
+# ~0.1 us per key, `fluss_bucket` ~1.1 us per short key (measured: even at ~80 keys).
+_COLUMNAR_HASH_MIN_KEYS = 96
 
 
 class TableLookup:
