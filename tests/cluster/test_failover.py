@@ -91,6 +91,53 @@ def test_repeated_leader_kills_lose_no_acknowledged_write(cluster_factory: Any) 
     assert asyncio.run(lookup_missing(cluster.bootstrap, "kills_pk", pk_acked)) == []
 
 
+def test_lookups_of_one_connection_follow_a_killed_leader(cluster_factory: Any) -> None:
+    """64 callers keep looking keys up through one connection while the leader of one bucket is
+    killed: the batches sent to the dead server are retried at the new leader, and every key is
+    found with its value, before and after."""
+    from strom.client import Connection
+
+    cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
+    asyncio.run(create_table(cluster.bootstrap, "kills_lookups", primary_key=True, buckets=2))
+    victim = leader(cluster, "kills_lookups", bucket=0)
+
+    async def main() -> tuple[int, int, list[int]]:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as connection:
+            table = await connection.get_table("fluss.kills_lookups")
+            writer = table.new_upsert().create_writer()
+            writer.write_arrow(rows(0, 500))
+            await writer.flush()
+            lookuper = table.new_lookup().create_lookuper()
+            wrong: list[int] = []
+            done = 0
+            stop = asyncio.Event()
+
+            async def caller(first: int) -> None:
+                nonlocal done
+                while not stop.is_set():
+                    for i in range(first, 500, 64):
+                        found = await lookuper.lookup({"id": i})
+                        if found != {"id": i, "v": f"v{i}"}:
+                            wrong.append(i)
+                        done += 1
+
+            callers = asyncio.gather(*(caller(c) for c in range(64)))
+            await asyncio.sleep(0.3)
+            cluster.kill_tablet_server(victim)
+            before = done
+            loop = asyncio.get_running_loop()
+            while await loop.run_in_executor(None, leader, cluster, "kills_lookups", 0) == victim:
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(0.5)  # lookups at the new leader
+            stop.set()
+            await callers
+            return before, done, wrong
+
+    before, done, wrong = asyncio.run(main())
+    assert wrong == []
+    assert before > 0 and done > before + 500, (before, done)
+
+
 def _write(bootstrap: str, table: str, start: int, count: int) -> None:
     async def main() -> None:
         connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))

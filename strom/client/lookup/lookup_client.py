@@ -69,16 +69,45 @@ def lookup_client_for(connection: Connection) -> LookupClient:
 
 
 @dataclass(slots=True)
-class _Query:
+class _Keys:
+    """Keys of one bucket and kind (lookup, insert or prefix), queued and sent together: one object per
+    bucket for all the keys a turn of the event loop brings, not one per key, which cost a lookup more
+    than its own bytes."""
+
     path: TablePath
     bucket: TableBucket
-    key: bytes
     prefix: bool
-    future: asyncio.Future[Any]
+    insert: bool
+    keys: list[bytes]
+    futures: list[asyncio.Future[Any]]
     deadline: float
     attempts: int = 0
     enqueued: float = 0.0
-    insert: bool = False  # Lookup's insert_if_not_exists
+
+    def take(self, n: int) -> _Keys:
+        """The first `n` keys, as keys of their own; these keep the rest."""
+        head = _Keys(
+            self.path, self.bucket, self.prefix, self.insert, self.keys[:n], self.futures[:n], self.deadline,
+            self.attempts, self.enqueued,
+        )
+        del self.keys[:n], self.futures[:n]
+        return head
+
+    def prune(self) -> bool:
+        """Leave out the keys whose callers gave up (their futures are done); False when none is left."""
+        futures = self.futures
+        if len(futures) == 1:
+            return not futures[0].done()
+        done = [f.done() for f in futures]
+        if any(done):
+            self.keys = [k for k, d in zip(self.keys, done, strict=True) if not d]
+            self.futures = [f for f, d in zip(futures, done, strict=True) if not d]
+        return bool(self.futures)
+
+    def fail(self, error: BaseException) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(error)
 
 
 @dataclass(slots=True)
@@ -87,7 +116,8 @@ class _Queue:
     table_id: int
     prefix: bool
     insert: bool = False
-    queries: deque[_Query] = field(default_factory=deque)
+    waiting: deque[_Keys] = field(default_factory=deque)
+    size: int = 0  # keys in `waiting`
     in_flight: int = 0
 
 
@@ -106,8 +136,8 @@ class LookupClient:
         self._in_flight = 0
         self._dispatch_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
-        # Queries waiting for the leader of their bucket to be known, per table.
-        self._unrouted: dict[TablePath, list[_Query]] = {}
+        # Keys waiting for the leader of their bucket to be known, per table.
+        self._unrouted: dict[TablePath, list[_Keys]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
@@ -118,13 +148,13 @@ class LookupClient:
     ) -> asyncio.Future[bytes | None]:
         """The stored value (schema id + row) of `key` in `bucket`, or None when there is none; with
         `insert` a missing key is inserted (auto-increment column filled) and its new row returned."""
-        return self._submit_new(path, bucket, key, prefix=False, insert=insert)
+        return self._submit_one(path, bucket, key, prefix=False, insert=insert)
 
     def prefix_lookup(
         self, path: TablePath, bucket: TableBucket, prefix: bytes
     ) -> asyncio.Future[list[bytes]]:
         """The stored values of every key of `bucket` that starts with `prefix`."""
-        return self._submit_new(path, bucket, prefix, prefix=True)
+        return self._submit_one(path, bucket, prefix, prefix=True, insert=False)
 
     def lookup_many(
         self,
@@ -133,134 +163,103 @@ class LookupClient:
         *,
         prefix: bool = False,
         insert: bool = False,
-        futures: Sequence[asyncio.Future[Any]] | None = None,
     ) -> list[asyncio.Future[Any]]:
-        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key), the
-        caller's own `futures` when given."""
-        if self.closed:
-            raise FlussError("The connection is closed.")
-        deadline = self.loop.time() + self.timeout
-        if futures is None:
-            futures = [self.loop.create_future() for _ in keys]
-        queries = [
-            _Query(path, b, k, prefix, f, deadline, insert=insert)
-            for (b, k), f in zip(keys, futures, strict=True)
-        ]
-        by_bucket: dict[TableBucket, list[_Query]] = {}
-        for query in queries:
-            group = by_bucket.get(query.bucket)
+        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key)."""
+        self._check_open()
+        loop = self.loop
+        deadline = loop.time() + self.timeout
+        futures = [loop.create_future() for _ in keys]
+        by_bucket: dict[TableBucket, _Keys] = {}
+        for (bucket, key), future in zip(keys, futures, strict=True):
+            group = by_bucket.get(bucket)
             if group is None:
-                by_bucket[query.bucket] = [query]
+                by_bucket[bucket] = _Keys(path, bucket, prefix, insert, [key], [future], deadline)
             else:
-                group.append(query)
+                group.keys.append(key)
+                group.futures.append(future)
         for group in by_bucket.values():
-            self._submit_group(group)
-        return [q.future for q in queries]
+            self._submit(group)
+        return futures
 
     def lookup_bucket(
         self,
         path: TablePath,
         bucket: TableBucket,
-        keys: Sequence[bytes],
-        futures: Sequence[asyncio.Future[Any]],
+        keys: list[bytes],
+        futures: list[asyncio.Future[Any]],
         *,
         insert: bool = False,
     ) -> None:
-        """`lookup` of many keys of one bucket, answered through the caller's `futures`."""
-        if self.closed:
-            raise FlussError("The connection is closed.")
-        deadline = self.loop.time() + self.timeout
-        self._submit_group(
-            [
-                _Query(path, bucket, k, False, f, deadline, insert=insert)
-                for k, f in zip(keys, futures, strict=True)
-            ]
-        )
+        """`lookup` of many keys of one bucket, answered through the caller's `futures` (the lists
+        become the client's)."""
+        self._check_open()
+        self._submit(_Keys(path, bucket, False, insert, keys, futures, self.loop.time() + self.timeout))
 
-    def _submit_new(
-        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool = False
-    ) -> asyncio.Future[Any]:
+    def _check_open(self) -> None:
         if self.closed:
             raise FlussError("The connection is closed.")
+
+    def _submit_one(
+        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool
+    ) -> asyncio.Future[Any]:
+        self._check_open()
         future: asyncio.Future[Any] = self.loop.create_future()
-        deadline = self.loop.time() + self.timeout
-        self._submit(_Query(path, bucket, key, prefix, future, deadline, insert=insert))
+        self._submit(_Keys(path, bucket, prefix, insert, [key], [future], self.loop.time() + self.timeout))
         return future
 
     # ------------------------------------------------------------------ queueing
 
-    def _submit(self, query: _Query) -> None:
-        """Queue one query (the path of every single-key lookup: no lists)."""
-        if query.future.done():
-            return  # the caller gave up
-        queue = self._queue_for(query)
-        if queue is None:
-            self._wait_for_leader([query])
+    def _submit(self, group: _Keys) -> None:
+        """Queue keys for the leader of their bucket (or wait for it to be known)."""
+        leader = self.metadata.leader_for(group.bucket)
+        if leader is None:
+            self._wait_for_leader(group)
             return
-        query.enqueued = self.loop.time()
-        queue.queries.append(query)
+        key = (leader.id, group.bucket.table_id, group.prefix, group.insert)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue(leader.id, group.bucket.table_id, group.prefix, group.insert)
+        group.enqueued = self.loop.time()
+        queue.waiting.append(group)
+        queue.size += len(group.keys)
         if not self._dispatch_scheduled:
             self._dispatch_scheduled = True
             self.loop.call_soon(self._dispatch)
 
-    def _submit_group(self, queries: list[_Query]) -> None:
-        """Queue queries of one bucket (and kind) for the bucket's leader."""
-        queries = [q for q in queries if not q.future.done()]  # callers that gave up
-        if not queries:
-            return
-        queue = self._queue_for(queries[0])
-        if queue is None:
-            self._wait_for_leader(queries)
-            return
-        now = self.loop.time()
-        for query in queries:
-            query.enqueued = now
-        queue.queries.extend(queries)
-        self._schedule_dispatch()
-
-    def _queue_for(self, query: _Query) -> _Queue | None:
-        """The queue of the query's bucket leader, table and kind; None when no leader is known."""
-        leader = self.metadata.leader_for(query.bucket)
-        if leader is None:
-            return None
-        key = (leader.id, query.bucket.table_id, query.prefix, query.insert)
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._queues[key] = _Queue(leader.id, query.bucket.table_id, query.prefix, query.insert)
-        return queue
-
-    def _wait_for_leader(self, queries: list[_Query]) -> None:
-        path = queries[0].path
+    def _wait_for_leader(self, group: _Keys) -> None:
+        path = group.path
         waiting = self._unrouted.get(path)
         if waiting is None:
-            self._unrouted[path] = list(queries)
+            self._unrouted[path] = [group]
             self._spawn(self._route_later(path))
         else:
-            waiting.extend(queries)
+            waiting.append(group)
 
     async def _route_later(self, path: TablePath) -> None:
-        """Refresh the leaders of a table whose queries have no known leader, then queue them again."""
+        """Refresh the leaders of a table whose keys have no known leader, then queue them again."""
         error: FlussError | None = None
         try:
-            partition_ids = {q.bucket.partition_id for q in self._unrouted.get(path, [])}
+            partition_ids = {g.bucket.partition_id for g in self._unrouted.get(path, [])}
             ids = [p for p in partition_ids if p is not None]
             await self.metadata.update(table_paths=[path], partition_ids=ids)
         except FlussError as e:
             error = e
-        queries = self._unrouted.pop(path, [])
+        groups = self._unrouted.pop(path, [])
         now = self.loop.time()
-        retry: list[_Query] = []
-        for query in queries:
-            if self.metadata.leader_for(query.bucket) is not None:
-                self._submit(query)
+        retry: list[_Keys] = []
+        for group in groups:
+            if not group.prune():
                 continue
-            query.attempts += 1
+            if self.metadata.leader_for(group.bucket) is not None:
+                self._submit(group)
+                continue
+            group.attempts += 1
             if error is not None and not error.retriable:
-                _fail(query, error)
-            elif now >= query.deadline or query.attempts > self.max_retries:
-                _fail(query, error or LeaderNotAvailableError(f"No leader is known for {query.bucket}."))
+                group.fail(error)
+            elif now >= group.deadline or group.attempts > self.max_retries:
+                group.fail(error or LeaderNotAvailableError(f"No leader is known for {group.bucket}."))
             else:
-                retry.append(query)
+                retry.append(group)
         if retry:
             await self._resubmit(retry)
 
@@ -278,24 +277,31 @@ class LookupClient:
         now = self.loop.time()
         next_due: float | None = None
         for key, queue in list(self._queues.items()):
-            queries = queue.queries
-            while queries and queries[0].future.done():
-                queries.popleft()  # callers that gave up
-            while queries and self._in_flight < self.max_in_flight:
-                due = queries[0].enqueued + self.linger
-                if len(queries) < self.max_batch and queue.in_flight >= _PIPELINE_DEPTH and now < due:
+            waiting = queue.waiting
+            while waiting and self._in_flight < self.max_in_flight:
+                due = waiting[0].enqueued + self.linger
+                if queue.size < self.max_batch and queue.in_flight >= _PIPELINE_DEPTH and now < due:
                     next_due = due if next_due is None else min(next_due, due)
                     break
-                size = min(self.max_batch, len(queries))
+                size = min(self.max_batch, queue.size)
                 if not queue.in_flight and size >= 2 * _MIN_SPLIT:
                     size = (size + 1) // 2
-                batch = [queries.popleft() for _ in range(size)]
-                batch = [q for q in batch if not q.future.done()]
-                if batch:
-                    queue.in_flight += 1
-                    self._in_flight += 1
-                    self._spawn(self._send(queue, batch))
-            if not queries and not queue.in_flight:
+                batch: list[_Keys] = []
+                taken = 0
+                while taken < size:
+                    group = waiting[0]
+                    n = len(group.keys)
+                    if taken + n <= size:
+                        batch.append(waiting.popleft())
+                        taken += n
+                    else:
+                        batch.append(group.take(size - taken))
+                        taken = size
+                queue.size -= taken
+                queue.in_flight += 1
+                self._in_flight += 1
+                self._spawn(self._send(queue, batch))
+            if not waiting and not queue.in_flight:
                 del self._queues[key]
         if next_due is not None and not self.closed:
             self._timer = self.loop.call_at(next_due, self._schedule_dispatch)
@@ -313,34 +319,35 @@ class LookupClient:
 
     # ------------------------------------------------------------------ sending
 
-    async def _send(self, queue: _Queue, batch: list[_Query]) -> None:
+    async def _send(self, queue: _Queue, batch: list[_Keys]) -> None:
         try:
             await self._send_batch(queue, batch)
         except asyncio.CancelledError:
-            for query in batch:
-                _fail(query, FlussError("The connection closed before the lookup was answered."))
+            for group in batch:
+                group.fail(FlussError("The connection closed before the lookup was answered."))
             raise
         except Exception as e:  # a bug must not leave callers waiting forever
             log.exception("lookup request failed unexpectedly")
-            for query in batch:
-                _fail(query, UnknownServerError(f"The lookup failed unexpectedly: {e!r}"))
+            for group in batch:
+                group.fail(UnknownServerError(f"The lookup failed unexpectedly: {e!r}"))
         finally:
             queue.in_flight -= 1
             self._in_flight -= 1
-            if queue.queries or not queue.in_flight:
+            if queue.waiting or not queue.in_flight:
                 self._schedule_dispatch()
 
-    async def _send_batch(self, queue: _Queue, batch: list[_Query]) -> None:
-        by_bucket: dict[TableBucket, list[_Query]] = {}
-        last: TableBucket | None = None
-        group: list[_Query] = []
-        for query in batch:
-            query.attempts += 1
-            # queues hold runs of one bucket: hash a bucket only where a run starts
-            if query.bucket is not last:
-                last = query.bucket
-                group = by_bucket.setdefault(last, [])
-            group.append(query)
+    async def _send_batch(self, queue: _Queue, batch: list[_Keys]) -> None:
+        by_bucket: dict[TableBucket, list[_Keys]] = {}
+        for group in batch:
+            group.attempts += 1
+            if group.prune():
+                groups = by_bucket.get(group.bucket)
+                if groups is None:
+                    by_bucket[group.bucket] = [group]
+                else:
+                    groups.append(group)
+        if not by_bucket:
+            return
         request: pb.LookupRequest | pb.PrefixLookupRequest
         if queue.prefix:
             request = pb.PrefixLookupRequest(table_id=queue.table_id)
@@ -353,11 +360,12 @@ class LookupClient:
                 request.acks = -1
                 request.timeout_ms = int(self.timeout * 1000)
             api = ApiKey.LOOKUP
-        for bucket, queries in by_bucket.items():
+        for bucket, groups in by_bucket.items():
             entry = request.buckets_req.add(bucket_id=bucket.bucket)
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id
-            entry.keys.extend(q.key for q in queries)
+            for group in groups:
+                entry.keys.extend(group.keys)
         node = self.metadata.tablet_server(queue.node_id)
         try:
             if node is None:
@@ -366,33 +374,32 @@ class LookupClient:
         except FlussError as e:
             if isinstance(e, NetworkError | RequestTimeoutError):
                 self.metadata.invalidate(server_id=queue.node_id)
-            self._retry_or_fail(batch, e)
+            self._retry_or_fail([g for groups in by_bucket.values() for g in groups], e)
             return
         except OSError as e:
             self.metadata.invalidate(server_id=queue.node_id)
-            self._retry_or_fail(batch, NetworkError(f"Lookup to tablet server {queue.node_id} failed: {e}"))
+            error = NetworkError(f"Lookup to tablet server {queue.node_id} failed: {e}")
+            self._retry_or_fail([g for groups in by_bucket.values() for g in groups], error)
             return
-        answered: set[TableBucket] = set()
         for answer in response.buckets_resp:
             partition_id = answer.partition_id if answer.HasField("partition_id") else None
             bucket = TableBucket(queue.table_id, partition_id, answer.bucket_id)
-            queries = by_bucket.get(bucket)
-            if queries is None or bucket in answered:
-                continue
-            answered.add(bucket)
+            groups = by_bucket.pop(bucket, None)
+            if groups is None:
+                continue  # not asked for, or answered twice
             if answer.HasField("error_code") and answer.error_code != 0:
-                self._retry_or_fail(queries, error_for_code(answer.error_code, answer.error_message or None))
+                self._retry_or_fail(groups, error_for_code(answer.error_code, answer.error_message or None))
                 continue
+            futures = groups[0].futures if len(groups) == 1 else [f for g in groups for f in g.futures]
             results = answer.value_lists if queue.prefix else answer.values
-            if len(results) != len(queries):
+            if len(results) != len(futures):
                 error = UnknownServerError(
-                    f"The answer for {bucket} has {len(results)} values for {len(queries)} keys."
+                    f"The answer for {bucket} has {len(results)} values for {len(futures)} keys."
                 )
-                for query in queries:
-                    _fail(query, error)
+                for group in groups:
+                    group.fail(error)
                 continue
-            for query, result in zip(queries, results, strict=True):
-                future = query.future
+            for future, result in zip(futures, results, strict=True):
                 if future.done():
                     continue
                 if queue.prefix:
@@ -400,37 +407,41 @@ class LookupClient:
                 else:
                     value = result.values  # stored values are never empty: HasField only for b""
                     future.set_result(value if value or result.HasField("values") else None)
-        for bucket, queries in by_bucket.items():
-            if bucket not in answered:
-                self._retry_or_fail(queries, UnknownServerError(f"No answer for {bucket}."))
+        for bucket, groups in by_bucket.items():
+            self._retry_or_fail(groups, UnknownServerError(f"No answer for {bucket}."))
 
-    def _retry_or_fail(self, queries: list[_Query], error: FlussError) -> None:
+    def _retry_or_fail(self, groups: list[_Keys], error: FlussError) -> None:
         now = self.loop.time()
-        retry = [
-            q
-            for q in queries
-            if error.retriable and q.attempts <= self.max_retries and now < q.deadline and not q.future.done()
-        ]
-        for query in queries:
-            if query not in retry:
-                _fail(query, error)
+        retry: list[_Keys] = []
+        for group in groups:
+            if (
+                error.retriable
+                and group.attempts <= self.max_retries
+                and now < group.deadline
+                and group.prune()
+            ):
+                retry.append(group)
+            else:
+                group.fail(error)
         if not retry:
             return
         if isinstance(error, _STALE_METADATA):
-            for query in retry:
-                self.metadata.invalidate(table_paths=[query.path])
-        log.info("retrying %d lookup(s) after %s: %s", len(retry), type(error).__name__, error)
+            for path in {g.path for g in retry}:
+                self.metadata.invalidate(table_paths=[path])
+        keys = sum(len(g.keys) for g in retry)
+        log.info("retrying %d lookup(s) after %s: %s", keys, type(error).__name__, error)
         self._spawn(self._resubmit(retry))
 
-    async def _resubmit(self, queries: list[_Query]) -> None:
+    async def _resubmit(self, groups: list[_Keys]) -> None:
         try:
-            await RETRY_BACKOFF.sleep(min(q.attempts for q in queries) - 1)
+            await RETRY_BACKOFF.sleep(min(g.attempts for g in groups) - 1)
         except asyncio.CancelledError:
-            for query in queries:
-                _fail(query, FlussError("The connection closed before the lookup was answered."))
+            for group in groups:
+                group.fail(FlussError("The connection closed before the lookup was answered."))
             raise
-        for query in queries:
-            self._submit(query)
+        for group in groups:
+            if group.prune():
+                self._submit(group)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -439,23 +450,19 @@ class LookupClient:
         if self._timer is not None:
             self._timer.cancel()
         error = FlussError("The connection closed before the lookup was answered.")
-        for queue in self._queues.values():
-            for query in queue.queries:
-                _fail(query, error)
-        for queries in self._unrouted.values():
-            for query in queries:
-                _fail(query, error)
+        self._fail_queued(error)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*tasks, return_exceptions=True)
-        for queue in self._queues.values():
-            for query in queue.queries:
-                _fail(query, error)
+        self._fail_queued(error)  # what the cancelled tasks queued again
         self._queues.clear()
 
-
-def _fail(query: _Query, error: BaseException) -> None:
-    if not query.future.done():
-        query.future.set_exception(error)
+    def _fail_queued(self, error: FlussError) -> None:
+        for queue in self._queues.values():
+            for group in queue.waiting:
+                group.fail(error)
+        for groups in self._unrouted.values():
+            for group in groups:
+                group.fail(error)
