@@ -19,6 +19,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from harness import Cluster
 
@@ -52,6 +55,24 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, default=3, help="runs of each measurement; the median is reported")
     p.add_argument("--json", action="store_true", help="print rows as JSON lines (for bench/run_all.py)")
     return p
+
+
+def wide_batch(rows: int, columns: int = 20) -> pa.RecordBatch:
+    """An Arrow batch of `columns` columns: an int64 id, then int64, float64, int32 and string
+    columns in turn."""
+    ids = np.arange(rows, dtype=np.int64)
+    arrays: dict[str, pa.Array] = {"id": pa.array(ids)}
+    for i in range(1, columns):
+        kind = i % 4
+        if kind == 0:
+            arrays[f"c{i}"] = pa.array(ids * i)
+        elif kind == 1:
+            arrays[f"c{i}"] = pa.array(ids.astype(np.float64) / (i + 1))
+        elif kind == 2:
+            arrays[f"c{i}"] = pa.array((ids % 1000).astype(np.int32))
+        else:
+            arrays[f"c{i}"] = pa.array([f"value-{j % 5000:05d}-{i}" for j in range(rows)])
+    return pa.record_batch(arrays)
 
 
 def median_of(runs: int, measure: Callable[[], float]) -> float:

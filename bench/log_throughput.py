@@ -18,7 +18,7 @@ the cores divided by pyfluss's own CPU per GB plus the file append's (a server t
 the write it must do). The benchmark prints that ceiling against the file append (the highest ratio
 any server could reach here) and Strom against the ceiling.
 
-    .venv/bin/python bench/log_throughput.py [--mb 200] [--buckets 2] [--runs 3] [--large] [--json]
+    .venv/bin/python bench/log_throughput.py [--mb 200] [--buckets 2] [--columns 20] [--runs 3] [--large]
 """
 
 from __future__ import annotations
@@ -32,19 +32,7 @@ from pathlib import Path
 
 import fluss
 import pyarrow as pa
-from common import Row, cluster, cpu_seconds, parser, report
-
-
-def make_batch(rows: int) -> pa.RecordBatch:
-    ids = pa.array(range(rows), pa.int64())
-    return pa.record_batch(
-        {
-            "id": ids,
-            "name": pa.array([f"user-{i % 10000:05d}" for i in range(rows)]),
-            "score": pa.array([float(i % 1000) for i in range(rows)], pa.float64()),
-            "payload": pa.array([b"x" * 64] * rows, pa.binary()),
-        }
-    )
+from common import Row, cluster, cpu_seconds, parser, report, wide_batch
 
 
 async def strom_run(
@@ -141,8 +129,11 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--mb", type=int, default=200, help="approximate data volume")
     p.add_argument("--buckets", type=int, default=2)
+    p.add_argument("--columns", type=int, default=20, help="columns of the Arrow batches")
     args = p.parse_args()
-    batch = make_batch(20_000)
+    # batches of ~2 MB, what pyfluss's writer.batch-size (2 MiB) sends as one batch
+    sample = wide_batch(1000, args.columns)
+    batch = wide_batch(max(1000, 2_000_000 * 1000 // sample.nbytes), args.columns)
     payload = batch.serialize().to_pybytes()
     megabytes_wanted = args.mb * (5 if args.large else 1)
     count = max(1, megabytes_wanted * 1024 * 1024 // len(payload))
@@ -178,7 +169,7 @@ def main() -> None:
     report(
         [
             Row(
-                "append, pyfluss -> Strom, Arrow 4 cols",
+                f"append, pyfluss -> Strom, Arrow {args.columns} cols",
                 append_mbps,
                 file_mbps,
                 "MB/s",

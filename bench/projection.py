@@ -14,29 +14,12 @@ import time
 import urllib.request
 
 import fluss
-import numpy as np
 import pyarrow as pa
-from common import Row, cluster, parser, report
+from common import Row, cluster, parser, report, wide_batch
 from prometheus_client.parser import text_string_to_metric_families
 
 COLUMNS = 20
 BUCKETS = 2
-
-
-def make_batch(rows: int) -> pa.RecordBatch:
-    ids = np.arange(rows, dtype=np.int64)
-    columns: dict[str, pa.Array] = {"id": pa.array(ids)}
-    for i in range(1, COLUMNS):
-        kind = i % 4
-        if kind == 0:
-            columns[f"c{i}"] = pa.array(ids * i)
-        elif kind == 1:
-            columns[f"c{i}"] = pa.array(ids.astype(np.float64) / (i + 1))
-        elif kind == 2:
-            columns[f"c{i}"] = pa.array((ids % 1000).astype(np.int32))
-        else:
-            columns[f"c{i}"] = pa.array([f"value-{j % 5000:05d}-{i}" for j in range(rows)])
-    return pa.record_batch(columns)
 
 
 def bytes_out(metrics_address: str) -> float:
@@ -80,7 +63,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=1_000_000)
     args = p.parse_args()
     rows = args.rows * (5 if args.large else 1)
-    batch = make_batch(20_000)
+    batch = wide_batch(20_000, COLUMNS)
     with cluster(metrics=True) as running:
         metrics = running.tablet_servers[0].metrics_address
         assert metrics is not None
