@@ -6,6 +6,9 @@ table's buckets:
   Flink's murmurHash(int), then modulo.
 * Paimon: the same Flink hash without the rehash, abs of Java's truncating remainder.
 * Iceberg: standard MurmurHash3_x86_32 with seed 0, `(h & INT_MAX) % n` (Iceberg's bucket transform).
+
+Flink's variant reads its trailing bytes unsigned here, as fluss-rust (pyfluss) does; Java Fluss reads
+them as signed bytes, so Java clients route keys with a trailing byte >= 0x80 elsewhere (docs/client.md).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def _to_signed(h: int) -> int:
 
 def murmur3_32(data: bytes, seed: int = 0) -> int:
     """Standard MurmurHash3_x86_32 (unsigned), as Iceberg and Guava compute it."""
-    return mmh3.hash(data, seed & _M32, False)
+    return mmh3.hash(bytes(data), seed & _M32, False)
 
 
 # Flink's mix of a trailing byte (mixed as a block of its own), for every byte value.
@@ -62,6 +65,8 @@ def _flink_hash(data: bytes, seed: int) -> int:
     own, so its body is standard murmur3 (mmh3, in C) of the data with every trailing byte widened to
     a block; only the finalizer differs, which takes the real length: mmh3's finalizer is undone and
     redone with it. Keys of one to three bytes (small varints) are quicker mixed here directly."""
+    if data.__class__ is not bytes:
+        data = bytes(data)  # mmh3 takes bytes only
     n = len(data)
     full = n & ~3
     if full == n:

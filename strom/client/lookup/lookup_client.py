@@ -193,7 +193,8 @@ class LookupClient:
         """`lookup` of many keys of one bucket, answered through the caller's `futures` (the lists
         become the client's)."""
         self._check_open()
-        self._submit(_Keys(path, bucket, False, insert, keys, futures, self.loop.time() + self.timeout))
+        if keys:
+            self._submit(_Keys(path, bucket, False, insert, keys, futures, self.loop.time() + self.timeout))
 
     def _check_open(self) -> None:
         if self.closed:
@@ -244,6 +245,11 @@ class LookupClient:
             await self.metadata.update(table_paths=[path], partition_ids=ids)
         except FlussError as e:
             error = e
+        except OSError as e:
+            error = NetworkError(f"Cannot refresh the leaders of {path}: {e}")
+        except Exception as e:  # the waiting keys must still be answered, and later ones routed
+            log.exception("refreshing the leaders of %s failed unexpectedly", path)
+            error = UnknownServerError(f"Refreshing the leaders of {path} failed unexpectedly: {e!r}")
         groups = self._unrouted.pop(path, [])
         now = self.loop.time()
         retry: list[_Keys] = []
