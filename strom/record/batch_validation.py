@@ -7,7 +7,9 @@ disagrees with the Arrow body hides rows, a last offset delta that disagrees wit
 offsets overlap or jump. So every produced batch, and every batch a follower copies, is checked here:
 
 - attributes: only the append-only bit is defined;
-- record count >= 1 and last offset delta = record count - 1 (Fluss assigns one offset per record);
+- last offset delta = record count - 1 (Fluss assigns one offset per record), or, for an EMPTY batch
+  (record count 0), last offset delta 0 and no records at all: a primary-key table's write that
+  changes nothing still appends one (Fluss since its PR #312), so it takes one offset;
 - writer id and batch sequence: both -1, or both >= 0;
 - magic 1: the statistics block is well formed (version, column indexes, null counts, the two bound
   rows' lengths add up to the declared statistics length);
@@ -73,9 +75,9 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
     if header.attributes & ~APPEND_ONLY_FLAG & 0xFF:
         raise CorruptRecordError(f"{where}: unknown attributes 0x{header.attributes & 0xFF:02x}")
     count = header.record_count
-    if count < 1:
-        raise CorruptRecordError(f"{where}: record count {count} (a batch holds at least one record)")
-    if header.last_offset_delta != count - 1:
+    if count < 0:
+        raise CorruptRecordError(f"{where}: record count {count}")
+    if header.last_offset_delta != max(count - 1, 0):
         raise CorruptRecordError(
             f"{where}: last offset delta {header.last_offset_delta} does not match record count {count}"
         )
@@ -83,9 +85,15 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
     start = records_offset(buf, pos, header)  # checks the V1 statistics length fits
     if header.magic == LOG_MAGIC_V1:
         _check_statistics(buf, pos + V1_HEADER_SIZE, start, count, where, arrow_schema)
+    end = pos + header.size
+    if count == 0:
+        if start != end:
+            raise CorruptRecordError(
+                f"{where}: an empty batch (record count 0) carries {end - start} bytes of records"
+            )
+        return
     if arrow_schema is None:
         return
-    end = pos + header.size
     if not header.is_append_only:
         if start + count > end:
             raise CorruptRecordError(f"{where}: change-type vector of {count} bytes overruns the batch")

@@ -63,6 +63,8 @@ BAD_LOG_BATCHES = {
     "magic 1 over a V0 layout": (lambda b: forged(b, magic=1), "statistics"),
     "garbage Arrow body": (garbage_body, "Arrow"),
     "record count 0": (lambda b: forged(b, record_count=0), "record count 0"),
+    # an empty batch (a no-op write's changelog) is legal, but only without records
+    "empty batch with records": (lambda b: forged(b, record_count=0, last_offset_delta=0), "empty batch"),
     "record count -1": (lambda b: forged(b, record_count=-1), "record count -1"),
     "record count 10^6": (lambda b: forged(b, record_count=10**6, last_offset_delta=10**6 - 1), "1000000"),
     "last offset delta 0 for 3 rows": (lambda b: forged(b, last_offset_delta=0), "last offset delta 0"),

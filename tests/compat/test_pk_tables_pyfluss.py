@@ -233,3 +233,45 @@ def test_acknowledged_writes_survive_sigkill_with_and_without_snapshot(cluster_f
     run(cluster.bootstrap, lambda c: check(c, expected(2)))
     snapshot_dirs = list((cluster.base_dir / "remote").rglob("_METADATA"))
     assert snapshot_dirs, "no KV snapshot was uploaded"
+
+
+def test_writes_that_change_nothing_keep_a_replicated_table_moving(shared_cluster: Cluster) -> None:
+    """A delete of a missing key or a FIRST_ROW duplicate changes nothing, yet the leader appends an
+    EMPTY changelog batch (it moves the idempotent writer's sequence, as in Fluss). Followers must copy
+    it: when they refused it, the high watermark stuck until they left the ISR (30 s), so every acked
+    write after it waited that long, and the bucket ran on one replica."""
+    path = unique("noop")
+
+    async def body(connection: Any) -> None:
+        admin = connection.get_admin()
+        await admin.create_table(
+            path,
+            fluss.TableDescriptor(
+                fluss.Schema(SCHEMA, primary_keys=["id"]),
+                bucket_count=1,
+                properties={"table.replication.factor": "2", "table.merge-engine": "first_row"},
+            ),
+        )
+        table = await connection.get_table(path)
+        writer = table.new_upsert().create_writer()
+        writer.upsert({"id": 1, "name": "a", "score": 1.0})
+        await writer.flush()
+        loop = asyncio.get_running_loop()
+        for change in (
+            lambda: writer.delete({"id": 99}),  # a missing key
+            lambda: writer.upsert({"id": 1, "name": "dup", "score": 2.0}),  # FIRST_ROW keeps the first
+            lambda: writer.upsert({"id": 2, "name": "b", "score": 3.0}),
+        ):
+            started = loop.time()
+            change()
+            await writer.flush()
+            assert loop.time() - started < 10, "an acked write waited for a follower stuck on an empty batch"
+
+        lookuper = table.new_lookup().create_lookuper()
+        assert await lookuper.lookup({"id": 1}) == {"id": 1, "name": "a", "score": 1.0}
+        assert await changelog(table, 1, 2) == [
+            ("+I", {"id": 1, "name": "a", "score": 1.0}),
+            ("+I", {"id": 2, "name": "b", "score": 3.0}),
+        ]
+
+    run(shared_cluster.bootstrap, body)
