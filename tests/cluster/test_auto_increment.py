@@ -5,10 +5,13 @@ reused across a SIGKILLed tablet server and a restarted coordinator."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import uuid
 from typing import Any
 
 import fluss
 import pyarrow as pa
+import pytest
 from harness import Cluster, run_pyfluss
 
 from strom.client import Connection, TablePath
@@ -110,3 +113,72 @@ def test_dictionary_ids_are_unique_and_survive_restarts(cluster_factory: Any) ->
     # and pyfluss sees them
     final = run_pyfluss(cluster.bootstrap, lambda c: lookup_all(c, ["new1", "new2"]))
     assert set(final.values()) == new_ids
+
+
+@pytest.mark.parametrize(
+    ("lake_format", "key"),
+    [
+        ("iceberg", pa.field("word", pa.string())),
+        ("paimon", pa.field("word", pa.string())),
+        ("paimon", pa.field("day", pa.date32())),
+        ("iceberg", pa.field("at", pa.timestamp("us"))),
+    ],
+)
+def test_insert_if_not_exists_on_lake_keyed_tables(
+    shared_cluster: Cluster, lake_format: str, key: pa.Field
+) -> None:
+    """Tables with `table.datalake.format` encode their keys (and pick buckets) the lake's way; the
+    server decodes such keys back into the key columns of the rows it inserts, as Fluss does. It used
+    to refuse them ("cannot decode back into key columns")."""
+    name = f"dict_{lake_format}_{key.name}_{uuid.uuid4().hex[:6]}"
+    path = fluss.TablePath("fluss", name)
+    schema = pa.schema([key, ("id", pa.int64()), ("freq", pa.int32())])
+    keys: list[Any] = {
+        "word": [f"w{i}" for i in range(12)] + ["a word longer than seven bytes"],
+        "day": [dt.date(2024, 1, 1) + dt.timedelta(days=i) for i in range(13)],
+        "at": [dt.datetime(2024, 1, 1, 0, 0, i, 123456) for i in range(13)],
+    }[key.name]
+    known, new = keys[:5], keys[5:]
+
+    async def create(connection: Any) -> None:
+        await connection.get_admin().create_table(
+            path,
+            fluss.TableDescriptor(
+                fluss.Schema(schema, primary_keys=[key.name], auto_increment_column="id"),
+                bucket_count=3,
+                properties={"table.datalake.format": lake_format},
+            ),
+        )
+        table = await connection.get_table(path)
+        writer = table.new_upsert().partial_update_by_name([key.name, "freq"]).create_writer()
+        for i, k in enumerate(known):
+            writer.upsert({key.name: k, "freq": i})
+        await writer.flush()
+
+    run_pyfluss(shared_cluster.bootstrap, create)
+
+    async def insert() -> list[dict[str, Any]]:
+        async with await Connection.create({"bootstrap.servers": shared_cluster.bootstrap}) as conn:
+            table = await conn.get_table(TablePath("fluss", name))
+            lookuper = table.new_lookup().enable_insert_if_not_exists().create_lookuper()
+            rows = await lookuper.lookup_many([{key.name: k} for k in keys])
+            rows.append(await lookuper.lookup({key.name: new[0]}))  # the direct (batched) path
+            return rows
+
+    rows = asyncio.run(insert())
+    assert [r[key.name] for r in rows] == keys + new[:1]
+    assert [r["freq"] for r in rows[:5]] == list(range(5))
+    assert all(r["freq"] is None for r in rows[5:])
+    ids = [r["id"] for r in rows]
+    assert len(set(ids[:-1])) == len(keys) and ids[-1] == ids[5]
+
+    async def lookup_pyfluss(connection: Any) -> list[Any]:
+        table = await connection.get_table(path)
+        lookuper = table.new_lookup().create_lookuper()
+        return [await lookuper.lookup({key.name: k}) for k in keys]
+
+    # the official client (its own key encoding and bucket function) finds every inserted row
+    found = run_pyfluss(shared_cluster.bootstrap, lookup_pyfluss)
+    assert [None if r is None else (r[key.name], r["id"]) for r in found] == list(
+        zip(keys, ids[:-1], strict=True)
+    )

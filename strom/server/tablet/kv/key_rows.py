@@ -3,17 +3,20 @@
 Fluss inserts a missing key as a partial update of the primary-key columns (the other columns null,
 an auto-increment column filled by the tablet). The lookup carries only encoded keys, so the key
 columns are read back from the key bytes: with the Compacted key encoding a key is the CompactedRow
-encoding of its fields without the null bitset. Keys in a lake format's encoding (Iceberg, Paimon
-tables with the default bucket key) and partitioned tables (whose partition columns are not in the
-key) are refused with a message saying so.
+encoding of its fields without the null bitset, split as is; keys in a lake format's encoding (Iceberg
+and Paimon tables with the default bucket key) are decoded into values and encoded as a CompactedRow,
+as Fluss's KeyRecordBatch does. Partitioned tables (whose partition columns are not in the key) are
+refused with a message saying so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from strom.common.errors import InvalidTableError
+from strom.common.errors import CorruptRecordError, InvalidTableError
 from strom.common.table_descriptor import TableInfo
+from strom.record.compacted_row import CompactedRowEncoder
+from strom.record.key_decoder import KeyDecoder, lake_key_decoder
 from strom.record.key_encoder import CompactedKeyEncoder
 from strom.record.kv_batch import build_kv_batch
 from strom.server.tablet.kv.recovery import table_key_encoder
@@ -25,7 +28,17 @@ __all__ = ["KeyRows"]
 class KeyRows:
     """Builds the KvRecordBatch that inserts key-only rows for a table's encoded keys."""
 
-    __slots__ = ("_key_fields", "_key_header", "_pk", "_row_fields", "_schema_id", "_width", "target_columns")
+    __slots__ = (
+        "_decode_key",
+        "_encode_row",
+        "_key_fields",
+        "_key_header",
+        "_pk",
+        "_row_fields",
+        "_schema_id",
+        "_width",
+        "target_columns",
+    )
 
     def __init__(self, info: TableInfo) -> None:
         table = f"'{info.table_path}'"
@@ -33,12 +46,13 @@ class KeyRows:
             raise InvalidTableError(
                 f"Lookup with insert_if_not_exists is not supported by Strom for partitioned table {table}."
             )
-        if not isinstance(table_key_encoder(info).encoder, CompactedKeyEncoder):
-            raise InvalidTableError(
-                f"Lookup with insert_if_not_exists is not supported by Strom for table {table}: its keys use "
-                f"the {info.datalake_format} lake encoding, which Strom cannot decode back into key columns."
-            )
         schema = info.schema
+        encoder = table_key_encoder(info).encoder
+        # None: Compacted keys, whose field bytes are copied into the row as they are
+        self._decode_key: KeyDecoder | None = None
+        self._encode_row = CompactedRowEncoder(schema.row_type).encode
+        if not isinstance(encoder, CompactedKeyEncoder):
+            self._decode_key = lake_key_decoder(encoder)
         self._pk = schema.primary_key_indexes
         self.target_columns = list(self._pk)
         key_types = [schema.row_type[i] for i in self._pk]
@@ -50,10 +64,26 @@ class KeyRows:
         self._schema_id = info.schema_id
 
     def batch(self, keys: Sequence[bytes]) -> bytes:
+        if self._decode_key is not None:
+            return self._lake_batch(keys)
         records = []
         for key in keys:
             fields: list[bytes | None] = [None] * self._width
             for index, field in zip(self._pk, self._key_fields.split(self._key_header + key), strict=True):
                 fields[index] = field
             records.append((key, self._row_fields.join(b"", fields)))
+        return build_kv_batch(records, schema_id=self._schema_id)
+
+    def _lake_batch(self, keys: Sequence[bytes]) -> bytes:
+        assert self._decode_key is not None
+        records = []
+        for key in keys:
+            values: list[object] = [None] * self._width
+            try:
+                key_values = self._decode_key(key)
+            except (ValueError, IndexError, UnicodeDecodeError) as e:
+                raise CorruptRecordError(f"lookup key {key.hex()} is not a key of this table: {e}") from None
+            for index, value in zip(self._pk, key_values, strict=True):
+                values[index] = value
+            records.append((key, self._encode_row(values)))
         return build_kv_batch(records, schema_id=self._schema_id)
