@@ -371,6 +371,12 @@ def local(
     from strom.security.credentials import client_properties
     from strom.server import local_cluster
 
+    busy = local_cluster.port_in_use(host, port)
+    if busy is not None:
+        # before the data directory is touched: it may be a running cluster's (its cluster.json)
+        raise click.ClickException(
+            f"{busy}: is another Strom or Fluss cluster running? Stop it, or choose another port with --port."
+        )
     console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,26 @@ CLUSTER_JSON = "cluster.json"
 def remove_cluster_json(data_dir: Path) -> None:
     """Whoever waits for cluster.json must not take an old one for this run's."""
     (data_dir / CLUSTER_JSON).unlink(missing_ok=True)
+
+
+def port_in_use(host: str, port: int) -> str | None:
+    """Why `host:port` cannot be listened on (None: it can), found by binding it as the servers do
+    (SO_REUSEADDR, so a previous run's connections in TIME_WAIT do not count). Checked before anything
+    starts: a coordinator that fails to bind would leave a half-started cluster behind."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as e:
+        return f"{host} does not resolve: {e}"
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return f"port {port} on {host} is already in use by another process"
+                return f"cannot listen on port {port} on {host}: {e.strerror or e}"
+    return None
 
 
 def write_cluster_json(data_dir: Path, cluster: dict[str, Any]) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -130,14 +129,48 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
 
 
 def test_strom_local_refuses_a_busy_port(tmp_path: Path) -> None:
+    """Another process on the port: refused at once, naming the port, before anything starts or the
+    data directory is touched (it used to start a coordinator that died binding, and only then fail,
+    pointing at its log)."""
     import socket
 
+    data_dir = tmp_path / "data"
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+        taken.bind(("0.0.0.0", 0))  # any address: 127.0.0.1 cannot take the port either
         taken.listen()
         port = taken.getsockname()[1]
-        process = start_local(tmp_path / "data", port)
-        out, _ = process.communicate(timeout=60)
-    assert process.returncode != 0
-    assert "failed to start" in out
-    assert os.path.exists(tmp_path / "data" / "logs" / "coordinator-0.log")
+        started = time.monotonic()
+        process = start_local(data_dir, port)
+        try:
+            out, _ = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                stop(process)
+        elapsed = time.monotonic() - started
+    assert process.returncode == 1, out
+    assert f"port {port} on 127.0.0.1 is already in use" in out
+    assert elapsed < 10, f"took {elapsed:.1f} s to refuse"
+    assert not data_dir.exists()  # nothing started, nothing written
+
+
+def test_strom_local_on_a_running_clusters_port_leaves_it_alone(tmp_path: Path) -> None:
+    """The usual way to hit a busy port: `strom local` run twice on the same data directory. The second
+    must refuse without touching the first one's cluster.json (which it used to delete)."""
+    data_dir = tmp_path / "data"
+    port = free_port()
+    first = start_local(data_dir, port)
+    try:
+        wait_ready(first)
+        cluster_json = (data_dir / "cluster.json").read_text()
+        second = start_local(data_dir, port)
+        try:
+            out, _ = second.communicate(timeout=30)
+        finally:
+            if second.poll() is None:  # it started servers after all (they joined the first cluster)
+                stop(second)
+        assert second.returncode == 1, out
+        assert f"port {port}" in out and "already in use" in out
+        assert (data_dir / "cluster.json").read_text() == cluster_json
+        assert first.poll() is None
+    finally:
+        stop(first)
