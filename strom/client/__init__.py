@@ -18,6 +18,7 @@ from strom.client.upsert import UpsertWriter
 from strom.common.errors import FlussError
 from strom.common.partition import PartitionSpec
 from strom.common.schema import Column, Schema
+from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import DatabaseDescriptor, DatabaseInfo, TableDescriptor, TableInfo
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.rpc.api import ServerType
@@ -62,6 +63,7 @@ __all__ = [
     "ServerNode",
     "ServerType",
     "Table",
+    "TableBucket",
     "TableChange",
     "TableDescriptor",
     "TableInfo",
