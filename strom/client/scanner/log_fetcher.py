@@ -303,7 +303,9 @@ class LogFetcher:
             first = max(0, fetch_offset - header.base_offset) if fetch_offset >= 0 else 0
             end = header.record_count if stop is None else min(header.record_count, stop - header.base_offset)
             if end > first:
-                batch, change_types = decode_arrow_batch(records, pos, header, self._decode_schema)
+                batch, change_types = decode_arrow_batch(
+                    records, pos, header, self._decode_schema, align=True
+                )
                 if first or end < header.record_count:
                     batch = batch.slice(first, end - first)
                     if change_types is not None:
