@@ -81,3 +81,24 @@ def test_paimon_keys_decode_to_their_values() -> None:
 def test_compacted_keys_have_no_lake_decoder() -> None:
     with pytest.raises(ValueError, match="no lake key decoder"):
         lake_key_decoder(CompactedKeyEncoder([INT()]))
+
+
+def test_key_rows_of_a_lake_keyed_table() -> None:
+    """KeyRows turns Iceberg keys into key-only rows, and refuses bytes that are no such key."""
+    from strom.common.errors import CorruptRecordError
+    from strom.common.schema import Column, Schema
+    from strom.common.table_descriptor import TableDescriptor, TableInfo
+    from strom.common.table_path import TablePath
+    from strom.record.compacted_row import CompactedRowDecoder
+    from strom.record.kv_batch import KvRecordBatch
+    from strom.server.tablet.kv.key_rows import KeyRows
+
+    schema = Schema([Column("id", BIGINT()), Column("name", STRING())], primary_key=["id"])
+    descriptor = TableDescriptor(schema, bucket_count=3, properties={"table.datalake.format": "iceberg"})
+    rows = KeyRows(TableInfo(TablePath("fluss", "t"), 1, 1, descriptor, 0, 0))
+    key = IcebergKeyEncoder([BIGINT()]).encode([42])
+    records = KvRecordBatch.parse(rows.batch([key])).records
+    decode = CompactedRowDecoder(schema.row_type).decode
+    assert [(k, None if v is None else decode(v)) for k, v in records] == [(key, (42, None))]
+    with pytest.raises(CorruptRecordError, match="is not a key of this table"):
+        rows.batch([b"\x01\x02\x03"])

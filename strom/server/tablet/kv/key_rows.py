@@ -11,6 +11,7 @@ refused with a message saying so.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from strom.common.errors import CorruptRecordError, InvalidTableError
@@ -81,7 +82,7 @@ class KeyRows:
             values: list[object] = [None] * self._width
             try:
                 key_values = self._decode_key(key)
-            except (ValueError, IndexError, UnicodeDecodeError) as e:
+            except (ValueError, IndexError, struct.error) as e:  # UnicodeDecodeError is a ValueError
                 raise CorruptRecordError(f"lookup key {key.hex()} is not a key of this table: {e}") from None
             for index, value in zip(self._pk, key_values, strict=True):
                 values[index] = value
