@@ -7,7 +7,7 @@ import asyncio
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from strom.common.errors import (
     FencedLeaderEpochError,
@@ -70,6 +70,9 @@ class Controller:
         self.coordinator_node = coordinator_node
         # held while reading and writing assignments, so leadership, ISR and rebalance steps do not race
         self.lock = asyncio.Lock()
+        # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
+        # carries it (set by the metadata service)
+        self.table_metadata: Callable[[set[int]], list[pb.PbTableMetadata]] = lambda ids: []
 
     # ---- pushes to tablet servers
 
@@ -187,7 +190,9 @@ class Controller:
             if changed:
                 self.store.put_buckets(changed)
                 log.info("server %d leads %d leaderless bucket(s) again", server_id, len(changed))
-        await self.broadcast_servers()
+        # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
+        # learns its tables' current schemas before it leads or follows them again.
+        await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
     async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:

@@ -92,6 +92,7 @@ class MetadataService:
         self.placement_candidates: Callable[[], list[int]] = membership.live_ids
         # called after AlterTable stored a table's new descriptor (old descriptor, new record)
         self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
+        controller.table_metadata = self.tables_metadata
 
     # ---- lookups shared by the handlers
 
@@ -331,6 +332,11 @@ class MetadataService:
         if self.on_table_altered is not None:
             await self.on_table_altered(old, altered)
         return pb.AlterTableResponse()
+
+    def tables_metadata(self, table_ids: set[int]) -> list[pb.PbTableMetadata]:
+        """UpdateMetadata's entries for these tables (the ones that still exist)."""
+        records = (self.store.get_table_by_id(table_id) for table_id in sorted(table_ids))
+        return [self._update_metadata_of(r) for r in records if r is not None]
 
     def _update_metadata_of(self, record: TableRecord) -> pb.PbTableMetadata:
         holder = pb.UpdateMetadataRequest()

@@ -6,7 +6,7 @@ against that schema, so the server loads the older versions once when it first l
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from strom.common.schema import Schema
@@ -18,11 +18,16 @@ CoordinatorRequest = Callable[[ApiKey, Any], Awaitable[Any]]
 
 
 async def load_schema_history(
-    request: CoordinatorRequest, path: TablePath, current_id: int, current: Schema
+    request: CoordinatorRequest,
+    path: TablePath,
+    current_id: int,
+    current: Schema,
+    older: Iterable[int] | None = None,
 ) -> dict[int, Schema]:
-    """Schemas 1..current_id of the table (the current one given, the older ones asked for)."""
+    """Schemas 1..current_id of the table (the current one given, the older ones asked for), or
+    only the `older` ids given."""
     history = {current_id: current}
-    for schema_id in range(1, current_id):
+    for schema_id in range(1, current_id) if older is None else older:
         message = pb.GetTableSchemaRequest(schema_id=schema_id)
         message.table_path.database_name = path.database_name
         message.table_path.table_name = path.table_name

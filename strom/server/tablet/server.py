@@ -500,11 +500,13 @@ class TabletServer:
             self._table_infos[table_id] = info
         return info
 
-    def _table_altered(self, metadata: pb.PbTableMetadata) -> None:
+    async def _table_altered(self, metadata: pb.PbTableMetadata) -> None:
         """UpdateMetadata carries an altered table: its replicas take the new options and schema."""
         old = self._table_infos.get(metadata.table_id)
         if old is None:
             return  # not hosted here; learnt in full when a replica of it arrives
+        if (metadata.schema_id, metadata.modified_time) <= (old.schema_id, old.modified_time):
+            return  # nothing new (a returning server is told all its tables again)
         info = TableInfo(
             old.table_path,
             metadata.table_id,
@@ -513,9 +515,18 @@ class TabletServer:
             metadata.created_time,
             metadata.modified_time,
         )
-        self._table_infos[metadata.table_id] = info
         history = self._schema_histories.setdefault(metadata.table_id, {})
+        missed = [i for i in range(1, info.schema_id) if i not in history]
+        if missed:
+            # this server slept through some AlterTables: batches of every schema id must stay readable
+            older = await load_schema_history(
+                self._coordinator_request, old.table_path, info.schema_id, info.schema, missed
+            )
+            history.update(older)
+        if self._table_infos.get(metadata.table_id) is not old:
+            return  # learnt anew while the schemas were asked for
         history[info.schema_id] = info.schema
+        self._table_infos[metadata.table_id] = info
         for replica in list(self.replica_manager.replicas.values()):
             if replica.bucket.table_id == metadata.table_id:
                 replica.table_altered(info)
@@ -588,7 +599,7 @@ class TabletServer:
         if self.zookeeper is not None and request.HasField("coordinator_server"):
             self.coordinator = (request.coordinator_server.host, request.coordinator_server.port)
         for table in request.table_metadata:
-            self._table_altered(table)
+            await self._table_altered(table)
         return pb.UpdateMetadataResponse()
 
     async def _notify_leader_and_isr(

@@ -1,0 +1,89 @@
+"""Schema changes reach every tablet server of a real cluster, even one that missed the
+UpdateMetadata of an AddColumn (frozen with SIGSTOP while it ran) or learnt the table long before."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pyarrow as pa
+from harness import Cluster
+
+from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
+BUCKETS = 6
+
+
+def run(cluster: Cluster, body: Callable[[Connection], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            return await asyncio.wait_for(body(conn), 60)
+
+    return asyncio.run(main())
+
+
+def unique(prefix: str) -> TablePath:
+    return TablePath("fluss", f"{prefix}_{uuid.uuid4().hex[:8]}")
+
+
+def freeze(cluster: Cluster, server_id: int) -> int:
+    process = cluster.tablet_servers[server_id].process
+    assert process is not None
+    os.kill(process.pid, signal.SIGSTOP)
+    return process.pid
+
+
+def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_restart(
+    cluster_factory: Any,
+) -> None:
+    """Server 2 sleeps through two AddColumns (its session expires, so the coordinator's
+    UpdateMetadata skips it); back, it leads its buckets again and must take writes of schema 2 (a
+    table handle opened in between) and 3, and answer lookups with them."""
+    cluster = cluster_factory(3)
+    path = unique("frozen_alter")
+
+    async def body(conn: Connection) -> list[Any]:
+        admin = conn.get_admin()
+        schema = Schema.from_arrow_schema(SCHEMA, primary_key=["id"])
+        one_replica = {"table.replication.factor": "1"}  # each server leads buckets of its own
+        descriptor = TableDescriptor(schema, bucket_count=BUCKETS, properties=one_replica)
+        await admin.create_table(path, descriptor)
+        writer = (await conn.get_table(path)).new_upsert().create_writer()
+        for i in range(30):
+            writer.upsert({"id": i, "name": f"v1-{i}"})
+        await writer.flush()
+
+        pid = freeze(cluster, 2)
+        try:
+            await asyncio.sleep(4)  # past tablet-server.session.timeout (2s): the coordinator counts it gone
+            await admin.alter_table(path, [TableChange.add_column("score", "DOUBLE")])
+            v2 = await conn.get_table(path)
+            await admin.alter_table(path, [TableChange.add_column("note", "STRING")])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        v3 = await conn.get_table(path)
+        assert (v2.schema_id, v3.schema_id) == (2, 3)
+        # the returning server registers again and takes its buckets back; the writers retry until then
+        old_writer = v2.new_upsert().create_writer()
+        new_writer = v3.new_upsert().create_writer()
+        for i in range(15):
+            old_writer.upsert({"id": i, "name": f"v2-{i}", "score": i / 2})
+            new_writer.upsert({"id": 15 + i, "name": f"v3-{15 + i}", "score": i / 2, "note": f"n{i}"})
+        await old_writer.flush()
+        await new_writer.flush()
+        lookuper = v3.new_lookup().create_lookuper()
+        return [await lookuper.lookup({"id": i}) for i in range(30)]
+
+    try:
+        rows = run(cluster, body)
+    except BaseException:
+        print(cluster.logs())
+        raise
+    assert rows == [{"id": i, "name": f"v2-{i}", "score": i / 2, "note": None} for i in range(15)] + [
+        {"id": 15 + i, "name": f"v3-{15 + i}", "score": i / 2, "note": f"n{i}"} for i in range(15)
+    ]
