@@ -14,6 +14,7 @@ import pyarrow as pa
 from harness import Cluster
 
 from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
+from strom.common.rebalance import ServerTag
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 BUCKETS = 6
@@ -87,3 +88,64 @@ def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_resta
     assert rows == [{"id": i, "name": f"v2-{i}", "score": i / 2, "note": None} for i in range(15)] + [
         {"id": 15 + i, "name": f"v3-{15 + i}", "score": i / 2, "note": f"n{i}"} for i in range(15)
     ]
+
+
+async def rebalanced(conn: Connection) -> None:
+    admin = conn.get_admin()
+    rebalance_id = await admin.rebalance()
+    for _ in range(600):
+        progress = await admin.list_rebalance_progress(rebalance_id)
+        if progress is not None and progress.finished:
+            assert progress.status == "COMPLETED", progress
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the rebalance did not finish in 60 s")
+
+
+def test_a_server_given_a_table_again_learns_the_schemas_added_while_it_held_none(
+    cluster_factory: Any,
+) -> None:
+    """Server 2 is drained of every replica of a table, sleeps through an AddColumn (it hosts nothing
+    of the table, so nothing tells it when it returns), and is handed replicas of the table again by
+    a rebalance: it leads them with the table's current schema."""
+    cluster = cluster_factory(3)
+    path = unique("regained")
+
+    async def body(conn: Connection) -> list[Any]:
+        admin = conn.get_admin()
+        schema = Schema.from_arrow_schema(SCHEMA, primary_key=["id"])
+        one_replica = {"table.replication.factor": "1"}
+        await admin.create_table(path, TableDescriptor(schema, bucket_count=BUCKETS, properties=one_replica))
+        writer = (await conn.get_table(path)).new_upsert().create_writer()
+        for i in range(30):
+            writer.upsert({"id": i, "name": f"v1-{i}"})
+        await writer.flush()
+
+        await admin.add_server_tag([2], ServerTag.PERMANENT_OFFLINE)
+        await rebalanced(conn)  # server 2 gives up every replica
+        pid = freeze(cluster, 2)
+        try:
+            await asyncio.sleep(4)  # past tablet-server.session.timeout (2s): the coordinator counts it gone
+            await admin.alter_table(path, [TableChange.add_column("score", "DOUBLE")])
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(2)  # registered again
+        await admin.remove_server_tag([2], ServerTag.PERMANENT_OFFLINE)
+        await rebalanced(conn)  # server 2 takes its share (and leaders) back
+        hosts = {b.leader for t in (await admin.describe_cluster()).tables for b in t.buckets}
+        assert 2 in hosts
+
+        table = await conn.get_table(path)
+        writer = table.new_upsert().create_writer()
+        for i in range(30):
+            writer.upsert({"id": i, "name": f"v2-{i}", "score": i / 2})
+        await writer.flush()
+        lookuper = table.new_lookup().create_lookuper()
+        return [await lookuper.lookup({"id": i}) for i in range(30)]
+
+    try:
+        rows = run(cluster, body)
+    except BaseException:
+        print(cluster.logs())
+        raise
+    assert rows == [{"id": i, "name": f"v2-{i}", "score": i / 2} for i in range(30)]

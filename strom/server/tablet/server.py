@@ -363,6 +363,12 @@ class TabletServer:
     def _on_stopped(self, replica: Replica) -> None:
         self.kv_manager.drop(replica.bucket)
         self.fetchers.unfollow(replica.bucket)
+        table_id = replica.bucket.table_id
+        if not any(b.table_id == table_id for b in self.replica_manager.replicas):
+            # UpdateMetadata no longer reaches this server for the table (a server back from a freeze
+            # is told only the tables it hosts): a replica given to it again learns the table anew
+            self._table_infos.pop(table_id, None)
+            self._schema_histories.pop(table_id, None)
 
     async def _commit_remote_log_manifest(self, replica: Replica, remote: RemoteLog, manifest: str) -> None:
         request = pb.CommitRemoteLogManifestRequest(
