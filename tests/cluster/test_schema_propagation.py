@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from harness import Cluster
 
 from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
@@ -18,11 +19,17 @@ from strom.common.rebalance import ServerTag
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 BUCKETS = 6
+# a frozen server is counted gone after this long (tablet-server.session.timeout is 2 s in tests, the
+# ZooKeeper session 3 s)
+SESSION_EXPIRY = 5
 
 
 def run(cluster: Cluster, body: Callable[[Connection], Awaitable[Any]]) -> Any:
+    # a metadata request the client sends to the frozen server gives up soon and goes elsewhere
+    properties = {"bootstrap.servers": cluster.bootstrap, "client.request-timeout": "2s"}
+
     async def main() -> Any:
-        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+        async with await Connection.create(properties) as conn:
             return await asyncio.wait_for(body(conn), 60)
 
     return asyncio.run(main())
@@ -39,13 +46,14 @@ def freeze(cluster: Cluster, server_id: int) -> int:
     return process.pid
 
 
+@pytest.mark.parametrize("in_zookeeper", [False, True], ids=["sqlite", "zookeeper"])
 def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_restart(
-    cluster_factory: Any,
+    cluster_factory: Any, in_zookeeper: bool
 ) -> None:
     """Server 2 sleeps through two AddColumns (its session expires, so the coordinator's
     UpdateMetadata skips it); back, it leads its buckets again and must take writes of schema 2 (a
     table handle opened in between) and 3, and answer lookups with them."""
-    cluster = cluster_factory(3)
+    cluster = cluster_factory(3, zookeeper=in_zookeeper)
     path = unique("frozen_alter")
 
     async def body(conn: Connection) -> list[Any]:
@@ -61,7 +69,7 @@ def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_resta
 
         pid = freeze(cluster, 2)
         try:
-            await asyncio.sleep(4)  # past tablet-server.session.timeout (2s): the coordinator counts it gone
+            await asyncio.sleep(SESSION_EXPIRY)
             await admin.alter_table(path, [TableChange.add_column("score", "DOUBLE")])
             v2 = await conn.get_table(path)
             await admin.alter_table(path, [TableChange.add_column("note", "STRING")])
@@ -125,7 +133,7 @@ def test_a_server_given_a_table_again_learns_the_schemas_added_while_it_held_non
         await rebalanced(conn)  # server 2 gives up every replica
         pid = freeze(cluster, 2)
         try:
-            await asyncio.sleep(4)  # past tablet-server.session.timeout (2s): the coordinator counts it gone
+            await asyncio.sleep(SESSION_EXPIRY)
             await admin.alter_table(path, [TableChange.add_column("score", "DOUBLE")])
         finally:
             os.kill(pid, signal.SIGCONT)

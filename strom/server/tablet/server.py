@@ -539,6 +539,7 @@ class TabletServer:
                 kv = self.kv_manager.tablet(replica.bucket)
                 if kv is not None:
                     kv.table_altered(info)
+                    kv.use_schemas(history)  # with the ids this server skipped over, if any
 
     # ---- handlers
 
