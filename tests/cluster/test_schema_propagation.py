@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from harness import Cluster
 
-from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
+from strom.client import Connection, OffsetSpec, Schema, TableChange, TableDescriptor, TablePath
 from strom.common.rebalance import ServerTag
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -157,3 +157,29 @@ def test_a_server_given_a_table_again_learns_the_schemas_added_while_it_held_non
         print(cluster.logs())
         raise
     assert rows == [{"id": i, "name": f"v2-{i}", "score": i / 2} for i in range(30)]
+
+
+def test_partitions_created_at_once_share_their_schemas(shared_cluster: Cluster) -> None:
+    """Partitions created together reach a tablet server together, before it knows the table: their
+    replicas must share one schema history, so that a writer still on schema 2 of three is taken
+    by all of them."""
+    path = unique("partitions_at_once")
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        schema = Schema.from_arrow_schema(pa.schema([("id", pa.int64()), ("region", pa.string())]))
+        await admin.create_table(path, TableDescriptor(schema, bucket_count=2, partition_keys=["region"]))
+        regions = "abcdef"
+        await asyncio.gather(*(admin.create_partition(path, {"region": r}) for r in regions))
+        await admin.alter_table(path, [TableChange.add_column("x", "BIGINT")])
+        v2 = await conn.get_table(path)
+        await admin.alter_table(path, [TableChange.add_column("y", "BIGINT")])
+        writer = v2.new_append().create_writer()
+        for i in range(60):
+            writer.append({"id": i, "region": regions[i % len(regions)], "x": i})
+        await writer.flush()
+        for region in regions:
+            offsets = await admin.list_offsets(path, [0, 1], OffsetSpec.latest(), partition_name=region)
+            assert sum(offsets.values()) == 10
+
+    run(shared_cluster, body)

@@ -153,6 +153,7 @@ class TabletServer:
         self.replica_manager.on_stopped = self._on_stopped
         self._table_infos: dict[int, TableInfo] = {}
         self._schema_histories: dict[int, dict[int, Schema]] = {}
+        self._learning: dict[int, asyncio.Future[TableInfo]] = {}  # tables asked for, by id
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
         self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
@@ -485,30 +486,50 @@ class TabletServer:
 
     async def _table_info(self, table_id: int, path: TablePath) -> TableInfo:
         info = self._table_infos.get(table_id)
-        if info is None:
-            request = pb.GetTableInfoRequest()
-            request.table_path.database_name = path.database_name
-            request.table_path.table_name = path.table_name
-            response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
-            if response.table_id != table_id:
-                raise FlussError(f"table {path} now has id {response.table_id}, not {table_id}")
-            info = TableInfo(
-                path,
-                response.table_id,
-                response.schema_id,
-                TableDescriptor.from_json_bytes(response.table_json),
-                response.created_time,
-                response.modified_time,
-            )
-            self._schema_histories[table_id] = await load_schema_history(
-                self._coordinator_request, path, info.schema_id, info.schema
-            )
-            self._table_infos[table_id] = info
+        if info is not None:
+            return info
+        # One fetch per table: replicas arriving together (partitions created at once) must share
+        # one schema history, or those holding a discarded one miss the schemas added later.
+        learning = self._learning.get(table_id)
+        if learning is None:
+            learning = asyncio.ensure_future(self._learn_table(table_id, path))
+            self._learning[table_id] = learning
+            learning.add_done_callback(lambda _: self._learning.pop(table_id, None))
+        info = await asyncio.shield(learning)
+        return self._table_infos.get(table_id, info)  # an UpdateMetadata may have come meanwhile
+
+    async def _learn_table(self, table_id: int, path: TablePath) -> TableInfo:
+        """The table's info and every schema it has had, from the coordinator."""
+        request = pb.GetTableInfoRequest()
+        request.table_path.database_name = path.database_name
+        request.table_path.table_name = path.table_name
+        response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+        if response.table_id != table_id:
+            raise FlussError(f"table {path} now has id {response.table_id}, not {table_id}")
+        info = TableInfo(
+            path,
+            response.table_id,
+            response.schema_id,
+            TableDescriptor.from_json_bytes(response.table_json),
+            response.created_time,
+            response.modified_time,
+        )
+        self._schema_histories[table_id] = await load_schema_history(
+            self._coordinator_request, path, info.schema_id, info.schema
+        )
+        self._table_infos[table_id] = info
         return info
 
     async def _table_altered(self, metadata: pb.PbTableMetadata) -> None:
         """UpdateMetadata carries an altered table: its replicas take the new options and schema."""
         old = self._table_infos.get(metadata.table_id)
+        learning = self._learning.get(metadata.table_id)
+        if old is None and learning is not None:
+            # being learnt: the answer may predate this change, which must not be lost
+            try:
+                old = await asyncio.shield(learning)
+            except Exception:
+                return  # the next replica of it learns it anew
         if old is None:
             return  # not hosted here; learnt in full when a replica of it arrives
         if (metadata.schema_id, metadata.modified_time) <= (old.schema_id, old.modified_time):
