@@ -336,3 +336,33 @@ def test_a_pk_table_rebuilt_after_sigkill_keeps_rows_of_both_schemas(cluster_fac
     ]
     assert before[:30] == expected and before[30] is None
     assert after == before
+
+
+def test_alterations_at_once_all_take_effect(cluster_factory: Any, tmp_path: Any) -> None:
+    """Turning the lake on waits for the lake table to be created; an AddColumn arriving meanwhile
+    must neither be overwritten nor leave its schema behind under an id the table no longer has."""
+    cluster = cluster_factory(
+        1,
+        {
+            "datalake.format": "iceberg",
+            "datalake.iceberg.type": "sql",
+            "datalake.iceberg.uri": f"sqlite:///{tmp_path}/lake-catalog.db",
+            "datalake.iceberg.warehouse": f"file://{tmp_path}/warehouse",
+        },
+    )
+    path = unique("alter_at_once")
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        await create(conn, path)
+        await asyncio.gather(
+            admin.alter_table(path, [TableChange.set_option("table.datalake.enabled", "true")]),
+            admin.alter_table(path, [TableChange.add_column("note", DataType.from_arrow(pa.string()))]),
+        )
+        info = await admin.get_table_info(path)
+        assert info.schema_id == 2 and info.schema.column_names == ["id", "name", "note"]
+        assert info.descriptor.properties["table.datalake.enabled"] == "true"
+        await admin.alter_table(path, [TableChange.add_column("tag", DataType.from_arrow(pa.string()))])
+        assert (await admin.get_table_info(path)).schema_id == 3
+
+    run(cluster, body)

@@ -6,6 +6,7 @@ a refused request changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -93,6 +94,7 @@ class MetadataService:
         # called after AlterTable stored a table's new descriptor (old descriptor, new record)
         self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
         controller.table_metadata = self.tables_metadata
+        self._alter_lock = asyncio.Lock()
 
     # ---- lookups shared by the handlers
 
@@ -292,6 +294,13 @@ class MetadataService:
         return pb.GetTableSchemaResponse(schema_id=schema_id, schema_json=schema_json)
 
     async def alter_table(self, request: pb.AlterTableRequest, ctx: object) -> pb.AlterTableResponse:
+        # One at a time: an alteration reads the table, may wait (creating its lake table), then
+        # writes; another in between would be overwritten, its schema left behind under a schema id
+        # the table no longer has (and the next AddColumn refused for that id).
+        async with self._alter_lock:
+            return await self._alter_table(request)
+
+    async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse:
         path = table_path_of(request.table_path)
         record = self.store.get_table(path.database_name, path.table_name)
         if record is None:
