@@ -15,6 +15,7 @@ import pytest
 from harness import Cluster
 
 from strom.client import Connection, OffsetSpec, Schema, TableChange, TableDescriptor, TablePath
+from strom.client.scanner import EARLIEST_OFFSET
 from strom.common.rebalance import ServerTag
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -52,7 +53,8 @@ def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_resta
 ) -> None:
     """Server 2 sleeps through two AddColumns (its session expires, so the coordinator's
     UpdateMetadata skips it); back, it leads its buckets again and must take writes of schema 2 (a
-    table handle opened in between) and 3, and answer lookups with them."""
+    table handle opened in between) and 3, and answer lookups and fetches projected on the new
+    columns."""
     cluster = cluster_factory(3, zookeeper=in_zookeeper)
     path = unique("frozen_alter")
 
@@ -77,6 +79,16 @@ def test_a_server_frozen_during_add_column_learns_the_new_schema_without_a_resta
             os.kill(pid, signal.SIGCONT)
         v3 = await conn.get_table(path)
         assert (v2.schema_id, v3.schema_id) == (2, 3)
+        # the changelog read projected on the new column, from every bucket (its leader's too)
+        scanner = v3.new_scan().project_by_name(["id", "note"]).create_log_scanner()
+        for bucket in range(BUCKETS):
+            scanner.subscribe(bucket, EARLIEST_OFFSET)
+        async with scanner:
+            changes = pa.Table.from_batches(
+                [b.batch async for b in scanner.iter_batches(to_end=True)], schema=scanner.arrow_schema
+            )
+        assert changes.column_names == ["id", "note"] and changes.num_rows == 30
+        assert changes.column("note").null_count == 30
         # the returning server registers again and takes its buckets back; the writers retry until then
         old_writer = v2.new_upsert().create_writer()
         new_writer = v3.new_upsert().create_writer()
