@@ -28,6 +28,7 @@ import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import fluss
@@ -35,12 +36,23 @@ import pyarrow as pa
 from common import Row, cluster, cpu_seconds, parser, report, wide_batch
 
 
+@dataclass
+class StromRun:
+    """One append and read-back: wall seconds, and the CPU seconds of the tablet server and of this
+    process (pyfluss's threads) during each."""
+
+    write_seconds: float
+    read_seconds: float
+    rows_read: int
+    write_server_cpu: float
+    write_client_cpu: float
+    read_server_cpu: float
+    read_client_cpu: float
+
+
 async def strom_run(
     bootstrap: str, batch: pa.RecordBatch, count: int, buckets: int, name: str, server: int | None
-) -> tuple[float, float, int, float, float, float]:
-    """Wall seconds of the append and of the read, rows read back, the CPU seconds the tablet
-    server (process `server`) spent on each, and the CPU seconds of this process (pyfluss's threads)
-    during the append."""
+) -> StromRun:
     connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
     admin = connection.get_admin()
     path = fluss.TablePath("fluss", name)
@@ -49,24 +61,26 @@ async def strom_run(
     await admin.create_table(path, fluss.TableDescriptor(schema, bucket_count=buckets, properties=properties))
     table = await connection.get_table(path)
     writer = table.new_append().create_writer()
-    cpu, client_cpu = cpu_seconds(server), cpu_seconds()
+    server_cpu, client_cpu = cpu_seconds(server), cpu_seconds()
     start = time.perf_counter()
     for _ in range(count):
         writer.write_arrow_batch(batch)
     await writer.flush()
     write_seconds = time.perf_counter() - start
-    write_cpu = cpu_seconds(server) - cpu
-    client_cpu = cpu_seconds() - client_cpu
+    write_server_cpu, write_client_cpu = cpu_seconds(server) - server_cpu, cpu_seconds() - client_cpu
 
     scanner = await table.new_scan().create_record_batch_log_scanner()
     scanner.subscribe_buckets({b: fluss.EARLIEST_OFFSET for b in range(buckets)})
-    cpu = cpu_seconds(server)
+    server_cpu, client_cpu = cpu_seconds(server), cpu_seconds()
     start = time.perf_counter()
     result = await scanner.to_arrow()
     read_seconds = time.perf_counter() - start
-    read_cpu = cpu_seconds(server) - cpu
+    read_server_cpu, read_client_cpu = cpu_seconds(server) - server_cpu, cpu_seconds() - client_cpu
     await connection.close()
-    return write_seconds, read_seconds, result.num_rows, write_cpu, read_cpu, client_cpu
+    return StromRun(
+        write_seconds, read_seconds, result.num_rows, write_server_cpu, write_client_cpu, read_server_cpu,
+        read_client_cpu,
+    )
 
 
 def log_write_reference(path: Path, payload: bytes, count: int) -> tuple[float, float]:
@@ -138,19 +152,16 @@ def main() -> None:
     megabytes_wanted = args.mb * (5 if args.large else 1)
     count = max(1, megabytes_wanted * 1024 * 1024 // len(payload))
     megabytes = count * len(payload) / 1e6
-    writes, reads, write_cpus, read_cpus, files, file_cpus, client_cpus = [], [], [], [], [], [], []
+    runs: list[StromRun] = []
+    files, file_cpus = [], []
     with cluster() as running, tempfile.TemporaryDirectory() as tmp:
         server = running.tablet_servers[0].pid
         for run in range(args.runs):
-            write_s, read_s, rows, write_cpu, read_cpu, client_cpu = asyncio.run(
-                strom_run(running.bootstrap, batch, count, args.buckets, f"bench{run}", server)
-            )
-            assert rows == count * batch.num_rows, f"read back {rows} rows, wrote {count * batch.num_rows}"
-            writes.append(write_s)
-            reads.append(read_s)
-            write_cpus.append(write_cpu)
-            client_cpus.append(client_cpu)
-            read_cpus.append(read_cpu)
+            name = f"bench{run}"
+            figures = asyncio.run(strom_run(running.bootstrap, batch, count, args.buckets, name, server))
+            wrote = count * batch.num_rows
+            assert figures.rows_read == wrote, f"read back {figures.rows_read} rows, wrote {wrote}"
+            runs.append(figures)
             file_s, file_cpu = log_write_reference(Path(tmp) / f"log{run}", payload, count)
             files.append(file_s)
             file_cpus.append(file_cpu)
@@ -159,13 +170,18 @@ def main() -> None:
     stream_s = statistics.median(asyncio.run(loopback_stream_reference(payload, count)) for _ in range(3))
     stream_cpu = (cpu_seconds() - cpu) / 3
     gigabytes = megabytes / 1000
-    append_mbps = megabytes / statistics.median(writes)
+
+    def per_gb(field: str) -> float:
+        return statistics.median(getattr(r, field) for r in runs) / gigabytes
+
+    append_mbps = megabytes / statistics.median(r.write_seconds for r in runs)
+    read_mbps = megabytes / statistics.median(r.read_seconds for r in runs)
     file_mbps = megabytes / statistics.median(files)
+    file_per_gb = statistics.median(file_cpus) / gigabytes
     # pyfluss and the tablet server share this machine's cores: even a server that spent no more CPU
     # per GB than the file append itself could not append faster than this.
     cores = os.cpu_count() or 1
-    client_per_gb = statistics.median(client_cpus) / gigabytes
-    ceiling_mbps = cores * 1000 / (client_per_gb + statistics.median(file_cpus) / gigabytes)
+    ceiling_mbps = cores * 1000 / (per_gb("write_client_cpu") + file_per_gb)
     report(
         [
             Row(
@@ -200,7 +216,7 @@ def main() -> None:
             ),
             Row(
                 "read, pyfluss <- Strom, from earliest",
-                megabytes / statistics.median(reads),
+                read_mbps,
                 megabytes / stream_s,
                 "MB/s",
                 "asyncio loopback stream",
@@ -208,23 +224,31 @@ def main() -> None:
             ),
             Row(
                 "append: tablet server CPU s per GB",
-                statistics.median(write_cpus) / gigabytes,
-                statistics.median(file_cpus) / gigabytes,
+                per_gb("write_server_cpu"),
+                file_per_gb,
                 "s/GB",
                 "log-like file append, CPU",
                 higher_is_better=False,
             ),
             Row(
                 "append: pyfluss client CPU s per GB",
-                statistics.median(client_cpus) / gigabytes,
-                statistics.median(file_cpus) / gigabytes,
+                per_gb("write_client_cpu"),
+                file_per_gb,
                 "s/GB",
                 "log-like file append, CPU",
                 higher_is_better=False,
             ),
             Row(
                 "read: tablet server CPU s per GB",
-                statistics.median(read_cpus) / gigabytes,
+                per_gb("read_server_cpu"),
+                stream_cpu / gigabytes,
+                "s/GB",
+                "loopback stream, both ends' CPU",
+                higher_is_better=False,
+            ),
+            Row(
+                "read: pyfluss client CPU s per GB",
+                per_gb("read_client_cpu"),
                 stream_cpu / gigabytes,
                 "s/GB",
                 "loopback stream, both ends' CPU",
