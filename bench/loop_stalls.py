@@ -1,0 +1,150 @@
+"""Event-loop stalls: how long a cheap request (ApiVersions) waits on a tablet server while the server
+does heavy background work, against the same on the idle server (the reference, measured in the same
+run). A stalled asyncio loop delays every request of every client on that server: lookups, produce
+acks, follower fetches, heartbeats.
+
+A probe connection sends one ApiVersions every few ms and records each round trip. The background work
+is started once the client is done writing, so that what the probe sees is the server's own work, not
+the handling of the writes:
+
+* kv snapshot: a primary-key table whose RocksDB memtable holds the rows written since the last
+  snapshot (`kv.snapshot.interval`); the snapshot flushes it;
+* retention: a log table of many small segments (`log.segment.file-size`) whose `table.log.ttl` has
+  passed, deleted by one retention check; tiering copies the same segments to remote storage and
+  trims the local ones it holds;
+* drop table: dropping a log table of many segments (the replica is closed and its files removed).
+
+    .venv/bin/python bench/loop_stalls.py [--large] [--json]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pyarrow as pa
+from common import Row, cluster, parser, report, wide_batch
+
+from strom.client import Connection
+from strom.common.schema import Schema
+from strom.common.table_descriptor import TableDescriptor
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
+
+PROBE_INTERVAL_S = 0.005
+SNAPSHOT_INTERVAL_S = 4.0
+RETENTION_CHECK_S = 4.0
+PROBE_REQUEST = pb.ApiVersionsRequest(client_software_name="loop-stalls", client_software_version="0")
+
+
+async def probe(host: str, port: int, seconds: float) -> list[float]:
+    """Round trips (ms) of ApiVersions sent every PROBE_INTERVAL_S for `seconds`."""
+    connection = await RpcConnection.connect(host, port)
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            await connection.request(ApiKey.API_VERSIONS, PROBE_REQUEST)
+            latencies.append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(PROBE_INTERVAL_S)
+    finally:
+        connection.close()
+    return latencies
+
+
+def pk_rows(start: int, rows: int) -> pa.RecordBatch:
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    return pa.record_batch(
+        {
+            "id": pa.array(ids),
+            "name": pa.array([f"user-{i:010d}-{'x' * 60}" for i in ids]),
+            "score": pa.array(ids.astype(np.float64)),
+        }
+    )
+
+
+async def kv_snapshot_scenario(bootstrap: str, host: str, port: int, rows: int) -> list[float]:
+    """Upsert `rows` into a PK table, then probe across the next snapshot rounds."""
+    async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
+        schema = Schema.from_arrow_schema(pk_rows(0, 1).schema, primary_key=["id"])
+        await connection.get_admin().create_table("fluss.kv_stall", TableDescriptor(schema, bucket_count=1))
+        writer = (await connection.get_table("fluss.kv_stall")).new_upsert().create_writer()
+        for start in range(0, rows, 20_000):
+            writer.write_arrow_batch(pk_rows(start, min(20_000, rows - start)))
+        await writer.flush()
+    return await probe(host, port, SNAPSHOT_INTERVAL_S * 2 + 0.5)
+
+
+async def write_log_table(connection: Connection, name: str, megabytes: int, ttl: str | None) -> None:
+    batch = wide_batch(5_000)
+    schema = Schema.from_arrow_schema(batch.schema)
+    properties = {"table.log.ttl": ttl} if ttl else {}
+    await connection.get_admin().create_table(
+        f"fluss.{name}", TableDescriptor(schema, bucket_count=1, properties=properties)
+    )
+    writer = (await connection.get_table(f"fluss.{name}")).new_append().create_writer()
+    written = 0
+    while written < megabytes << 20:
+        writer.write_arrow_batch(batch)
+        written += batch.nbytes
+    await writer.flush()
+
+
+async def retention_scenario(bootstrap: str, host: str, port: int, megabytes: int) -> list[float]:
+    async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
+        await write_log_table(connection, "ttl_stall", megabytes, "1s")
+    return await probe(host, port, RETENTION_CHECK_S * 2 + 0.5)
+
+
+async def drop_scenario(bootstrap: str, host: str, port: int, megabytes: int) -> list[float]:
+    async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
+        await write_log_table(connection, "drop_stall", megabytes, None)
+        probing = asyncio.create_task(probe(host, port, 3.0))
+        await asyncio.sleep(0.5)
+        await connection.get_admin().drop_table("fluss.drop_stall")
+        return await probing
+
+
+def summary(latencies: list[float]) -> tuple[float, float]:
+    return max(latencies), float(np.percentile(latencies, 99))
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--rows", type=int, default=400_000, help="rows upserted before the kv snapshot")
+    p.add_argument("--megabytes", type=int, default=150, help="log MB written before retention / drop")
+    args = p.parse_args()
+    scale = 3 if args.large else 1
+    config = {
+        "kv.snapshot.interval": f"{SNAPSHOT_INTERVAL_S:g}s",
+        "log.segment.file-size": "512kb",
+        "log.retention.check-interval": f"{RETENTION_CHECK_S:g}s",
+        "remote.log.task-interval-duration": f"{RETENTION_CHECK_S:g}s",
+    }
+    results: dict[str, list[float]] = {}
+    with cluster(config=config) as running:
+        server = running.tablet_servers[0]
+        results["idle"] = asyncio.run(probe(server.host, server.port, 3.0))
+        results["kv snapshot"] = asyncio.run(
+            kv_snapshot_scenario(running.bootstrap, server.host, server.port, args.rows * scale)
+        )
+        results["retention + tiering"] = asyncio.run(
+            retention_scenario(running.bootstrap, server.host, server.port, args.megabytes * scale)
+        )
+        results["drop table"] = asyncio.run(
+            drop_scenario(running.bootstrap, server.host, server.port, args.megabytes * scale)
+        )
+    idle_worst, idle_p99 = summary(results.pop("idle"))
+    rows = []
+    for name, latencies in results.items():
+        worst, p99 = summary(latencies)
+        rows.append(Row(f"loop stall worst, {name}", worst, idle_worst, "ms", "idle server", False))
+        rows.append(Row(f"loop stall p99, {name}", p99, idle_p99, "ms", "idle server", False))
+    report(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
