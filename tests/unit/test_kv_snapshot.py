@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kv_table_maker import KvTable, make_info
@@ -177,6 +181,61 @@ def test_async_snapshot_with_commit_hook(tmp_path: Path) -> None:
         asyncio.run(snapshotter.snapshot(t.kv, commit=failing))
     # the upload is complete and stays usable for restore
     assert store.snapshot_ids() == [1, 2] and not snapshotter.in_progress
+
+
+class _WritesDuringFlush(ThreadPoolExecutor):
+    """Runs `KvTablet.flush_memtable` on its thread, then has `write` run on the event loop before
+    the flush counts as done: a PutKv that arrives while the snapshot's memtable flush runs."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[], None]) -> None:
+        super().__init__(max_workers=1)
+        self.loop = loop
+        self.write = write
+        self.flush_threads: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if getattr(fn, "__name__", "") != "flush_memtable":
+            return super().submit(fn, *args, **kwargs)
+
+        def flush_then_write() -> None:
+            fn(*args, **kwargs)
+            self.flush_threads.append(threading.current_thread().name)
+            asyncio.run_coroutine_threadsafe(self._write(), self.loop).result()
+
+        return super().submit(flush_then_write)
+
+    async def _write(self) -> None:
+        self.write()
+
+
+def test_snapshot_flushes_the_memtable_off_the_loop_and_keeps_writes_made_meanwhile(tmp_path: Path) -> None:
+    t = KvTable(tmp_path / "t", make_info(schema()))
+    store = KvSnapshotStore(str(tmp_path / "remote"), BUCKET)
+    snapshotter = KvSnapshotter(store, tmp_path / "snaps")
+    write_rounds(t, range(6))
+
+    async def main() -> tuple[CompletedSnapshot, list[str]]:
+        executor = _WritesDuringFlush(asyncio.get_running_loop(), lambda: t.put([(500, "late", 5), ("-", 3)]))
+        with executor:
+            return await snapshotter.snapshot(t.kv, executor), executor.flush_threads
+
+    snapshot, flush_threads = asyncio.run(main())
+    assert flush_threads and flush_threads[0] != threading.main_thread().name
+    # the write made during the flush is in the snapshot, which covers the log up to its end
+    assert snapshot.log_offset == t.log.log_end_offset
+    restore_snapshot(snapshot, tmp_path / "restored")
+    restored = KvTablet.open(tmp_path / "restored", t.info, t.log, flushed_offset=snapshot.log_offset)
+    assert t.state(restored) == t.state()
+    assert t.key(500) in dict(t.state())
+    restored.close()
+
+
+def test_flush_memtable_of_a_closed_tablet_fails(tmp_path: Path) -> None:
+    t = KvTable(tmp_path / "t", make_info(schema()))
+    write_rounds(t, range(2))
+    t.kv.close()
+    with pytest.raises(KvStorageError):
+        t.kv.flush_memtable()
 
 
 def test_failed_upload_leaves_nothing_behind(tmp_path: Path) -> None:

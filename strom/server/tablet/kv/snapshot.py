@@ -13,8 +13,10 @@ private file handles with their remote path, size and local file name, increment
 back to clients through GetKvSnapshotMetadata.
 
 Taking a snapshot has two halves:
-* `KvSnapshotter.prepare` (on the event loop, ~tens of ms): a RocksDB checkpoint (hard links, memtable
-  flushed) in `<kv dir>/snapshots/snap-<id>`, recording the tablet's flushed offset and row count;
+* `KvSnapshotter.prepare` (on the event loop, ~1 ms): a RocksDB checkpoint (hard links, memtable
+  flushed) in `<kv dir>/snapshots/snap-<id>`, recording the tablet's flushed offset and row count.
+  `snapshot` first flushes the memtable in the executor (`KvTablet.flush_memtable`), so the flush in
+  the checkpoint, which holds the loop, has only the writes since then to do;
 * `PendingSnapshot.upload` (blocking; run it in an executor): uploads the SSTs that the previous
   snapshot of this database did not already upload (SST files are immutable and never renumbered
   within one database lineage, so the local name identifies the content), then the other files, then
@@ -452,14 +454,24 @@ class KvSnapshotter:
         executor: Executor | None = None,
         commit: Callable[[CompletedSnapshot], Any] | None = None,
     ) -> CompletedSnapshot:
-        """prepare on the loop, upload and retention in `executor` (None: the loop's default).
+        """memtable flush, upload and retention in `executor` (None: the loop's default), prepare on
+        the loop.
 
         `commit` (a coroutine function, e.g. CommitKvSnapshot to the coordinator) runs between upload
         and retention. If it fails the snapshot stays in remote storage (it is complete and valid for
         restore; the coordinator may have committed it before the failure) but retention waits.
         """
-        pending = self.prepare(kv)
+        if self.in_progress:
+            raise KvStorageError(f"a kv snapshot of {self.store.bucket} is already in progress")
         loop = asyncio.get_running_loop()
+        # The memtable flush is most of a checkpoint's time; off the loop first, it leaves `prepare`
+        # (which must run on the loop, between two writes) only what was written meanwhile.
+        self.in_progress = True
+        try:
+            await loop.run_in_executor(executor, kv.flush_memtable)
+        finally:
+            self.in_progress = False
+        pending = self.prepare(kv)
         try:
             completed = await loop.run_in_executor(executor, pending.upload)
         except BaseException:
