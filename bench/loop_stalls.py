@@ -10,9 +10,10 @@ the handling of the writes:
 * kv snapshot: a primary-key table whose RocksDB memtable holds the rows written since the last
   snapshot (`kv.snapshot.interval`); the snapshot flushes it;
 * retention: a log table of many small segments (`log.segment.file-size`) whose `table.log.ttl` has
-  passed, deleted by one retention check; tiering copies the same segments to remote storage and
-  trims the local ones it holds;
-* drop table: dropping a log table of many segments (the replica is closed and its files removed).
+  passed, deleted by the retention checks (`log.retention.check-interval`);
+* drop table: dropping a log table of many segments (the replica is closed and its files removed);
+* tiering (a second cluster, the only one with remote log tiering on): copying a log table's closed
+  segments to remote storage, trimming the local copies, and expiring remote segments past the TTL.
 
     .venv/bin/python bench/loop_stalls.py [--large] [--json]
 """
@@ -93,9 +94,12 @@ async def write_log_table(connection: Connection, name: str, megabytes: int, ttl
     await writer.flush()
 
 
-async def retention_scenario(bootstrap: str, host: str, port: int, megabytes: int) -> list[float]:
+async def retention_scenario(
+    bootstrap: str, host: str, port: int, megabytes: int, name: str = "ttl_stall"
+) -> list[float]:
+    """Write a log table whose TTL is 1 s, then probe across the next retention (or tiering) rounds."""
     async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
-        await write_log_table(connection, "ttl_stall", megabytes, "1s")
+        await write_log_table(connection, name, megabytes, "1s")
     return await probe(host, port, RETENTION_CHECK_S * 2 + 0.5)
 
 
@@ -122,8 +126,9 @@ def main() -> None:
         "kv.snapshot.interval": f"{SNAPSHOT_INTERVAL_S:g}s",
         "log.segment.file-size": "512kb",
         "log.retention.check-interval": f"{RETENTION_CHECK_S:g}s",
-        "remote.log.task-interval-duration": f"{RETENTION_CHECK_S:g}s",
+        "remote.log.task-interval-duration": "1h",  # no tiering here: the retention figures are its own
     }
+    megabytes = args.megabytes * scale
     results: dict[str, list[float]] = {}
     with cluster(config=config) as running:
         server = running.tablet_servers[0]
@@ -131,11 +136,21 @@ def main() -> None:
         results["kv snapshot"] = asyncio.run(
             kv_snapshot_scenario(running.bootstrap, server.host, server.port, args.rows * scale)
         )
-        results["retention + tiering"] = asyncio.run(
-            retention_scenario(running.bootstrap, server.host, server.port, args.megabytes * scale)
+        results["retention"] = asyncio.run(
+            retention_scenario(running.bootstrap, server.host, server.port, megabytes)
         )
         results["drop table"] = asyncio.run(
-            drop_scenario(running.bootstrap, server.host, server.port, args.megabytes * scale)
+            drop_scenario(running.bootstrap, server.host, server.port, megabytes)
+        )
+    tiering = {
+        **config,
+        "log.retention.check-interval": "1h",
+        "remote.log.task-interval-duration": f"{RETENTION_CHECK_S:g}s",
+    }
+    with cluster(config=tiering) as running:
+        server = running.tablet_servers[0]
+        results["tiering"] = asyncio.run(
+            retention_scenario(running.bootstrap, server.host, server.port, megabytes, "tiered_stall")
         )
     idle_worst, idle_p99 = summary(results.pop("idle"))
     rows = []
