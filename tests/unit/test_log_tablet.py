@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from strom.common.errors import (
     RecordTooLargeError,
 )
 from strom.record.log_batch import CRC_OFFSET
+from strom.server.tablet.log import background_flush
+from strom.server.tablet.log.background_flush import submit_delete
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, LogTablet
 from strom.server.tablet.log.segment import segment_file_name
@@ -370,6 +373,57 @@ def test_advance_log_start_offset(tmp_path: Path) -> None:
     assert log.log_start_offset == second.base_offset + 1
     with pytest.raises(LogOffsetOutOfRangeError):
         log.read(second.base_offset, 10)
+    log.close()
+
+
+def test_deleted_segments_leave_the_log_at_once_and_their_files_on_the_background_thread(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path)
+    append_many(log, 100)
+    log.update_high_watermark(log.log_end_offset)
+    doomed = log.closed_segments()[:4]
+    released = threading.Event()
+    blocker = background_flush._get_executor().submit(released.wait)  # holds the background thread
+    try:
+        log.advance_log_start_offset(doomed[-1].next_offset)
+        names = {p.name for p in tmp_path.iterdir()}
+        for segment in doomed:  # out of the log now, the unlink waits for the background thread
+            assert segment.path.name not in names and segment.path.name + ".deleted" in names
+        # a segment created again at a deleted base (a follower starting over) is not touched later
+        log.truncate_fully_and_start_at(doomed[0].base_offset)
+        log.append_as_leader(make_batch(b"again"))
+    finally:
+        released.set()
+    blocker.result()
+    submit_delete([]).result()  # the background thread runs jobs in order
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".deleted")]
+    assert split_batches(log.read(doomed[0].base_offset, 100).records)[0][3] == b"again"
+    log.close()
+
+
+def test_retention_keeps_the_rest_of_the_log_intact(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    payloads = append_many(log, 100, records=1)
+    log.update_high_watermark(log.log_end_offset)
+    start = log.closed_segments()[3].base_offset
+    log.advance_log_start_offset(start)
+    submit_delete([]).result()
+    assert [b[3] for b in read_all(log, start)] == payloads[start:]
+    assert segment_files(tmp_path)[0] == segment_file_name(start, ".log")
+    log.close()
+
+
+def test_open_deletes_segment_files_a_crash_left_behind(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    append_many(log, 30)
+    log.close()
+    for suffix in (".log", ".index", ".timeindex"):
+        (tmp_path / (segment_file_name(0, suffix) + ".deleted")).write_bytes(b"x" * 10)
+    (tmp_path / (segment_file_name(5, ".log") + ".deleted")).write_bytes(b"x" * 10)
+    log = open_log(tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".deleted")]
+    assert log.log_end_offset == 60
     log.close()
 
 

@@ -8,7 +8,7 @@ tail, deletes any segment after it, and rebuilds the indexes and the writer stat
 
 Threading: a LogTablet is not thread-safe. Its owner (the replica, on the server's asyncio loop)
 serializes all calls on one tablet. Calls never block on more than local file I/O; the fsync of a
-rolled segment runs on a background thread (background_flush.py).
+rolled segment and the unlinking of deleted segments run on a background thread (background_flush.py).
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ from strom.record.log_batch import (
     patch_offset_and_timestamp,
     read_header,
 )
-from strom.server.tablet.log.background_flush import submit_fsync
+from strom.server.tablet.log.background_flush import submit_delete, submit_fsync
 from strom.server.tablet.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from strom.server.tablet.log.leader_epoch import LeaderEpochCache
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.segment import (
+    DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
@@ -179,6 +180,8 @@ class LogTablet:
             name = path.name
             if name.endswith(".tmp"):
                 path.unlink(missing_ok=True)  # an interrupted checkpoint or snapshot write
+            elif name.endswith(DELETED_SUFFIX):
+                path.unlink(missing_ok=True)  # a deleted segment whose background unlink a crash stopped
             elif name.endswith(LOG_SUFFIX):
                 try:
                     bases.append(offset_from_file_name(name))
@@ -579,8 +582,7 @@ class LogTablet:
         if offset < 0:
             raise ValueError(f"cannot start a log at a negative offset {offset}")
         self._generation += 1
-        for segment in self._segments:
-            segment.delete()
+        self._retire(self._segments)
         self._segments = []
         self._bases = []
         self._add_segment(LogSegment.create(self.directory, offset, self.config))
@@ -649,12 +651,18 @@ class LogTablet:
         doomed = self._segments[:count]
         del self._segments[:count]
         del self._bases[:count]
-        for segment in doomed:
-            segment.delete()
         first_base = self._segments[0].base_offset
+        self._retire(doomed, self._writers.retire_snapshots_below(first_base, DELETED_SUFFIX))
         self.log_start_offset = max(self.log_start_offset, first_base)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
-        self._writers.delete_snapshots_below(first_base)
+
+    @staticmethod
+    def _retire(segments: list[LogSegment], renamed: list[Path] | None = None) -> None:
+        """Take segments out of the log now (renames) and unlink their files, and the already
+        `renamed` ones, off the event loop."""
+        renamed = [*(renamed or []), *(path for segment in segments for path in segment.retire())]
+        if renamed:
+            submit_delete(renamed)
 
     def remove_expired_writers(self, now_ms: int) -> int:
         """Forget idempotent writers idle longer than `writer_expiration_ms` (call periodically)."""

@@ -34,6 +34,7 @@ from strom.server.tablet.log.sparse_index import CorruptIndexError
 from strom.server.tablet.log.time_index import TimeIndex
 
 __all__ = [
+    "DELETED_SUFFIX",
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "MAX_RELATIVE_OFFSET",
@@ -48,6 +49,7 @@ __all__ = [
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"  # a deleted segment's files, waiting to be unlinked off the event loop
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the base as int32
 
 _LENGTH = struct.Struct("<i")
@@ -140,6 +142,24 @@ class LogSegment:
             self.persist_indexes()
             os.close(self._fd)
             self._fd = -1
+
+    def retire(self) -> list[Path]:
+        """Close the segment and rename its files to `<name>.deleted`: out of the log at once, and
+        cheap where unlinking is not (unlinking frees the file's blocks: ~15 ms per 64 MB on ext4).
+        Returns the renamed files, for unlinking off the event loop (`submit_delete`); a crash
+        before that leaves them for `LogTablet.open` to delete."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        renamed = []
+        for path in (self.path, self.offset_index_path, self.time_index_path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                path.rename(target)
+            except FileNotFoundError:
+                continue
+            renamed.append(target)
+        return renamed
 
     def delete(self) -> None:
         if self._fd >= 0:

@@ -233,6 +233,21 @@ class WriterStateManager:
             if snap < offset:
                 snapshot_path(self.directory, snap).unlink(missing_ok=True)
 
+    def retire_snapshots_below(self, offset: int, suffix: str) -> list[Path]:
+        """Rename snapshots older than `offset` to `<name><suffix>` (their segments are gone) and
+        return the new paths, for the caller to unlink off the event loop."""
+        renamed = []
+        for snap in self.snapshot_offsets():
+            if snap < offset:
+                path = snapshot_path(self.directory, snap)
+                target = path.with_name(path.name + suffix)
+                try:
+                    path.rename(target)
+                except FileNotFoundError:
+                    continue
+                renamed.append(target)
+        return renamed
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.writers.clear()
         for snap in self.snapshot_offsets():
