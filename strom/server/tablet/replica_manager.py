@@ -7,6 +7,7 @@ import json
 import logging
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,6 +244,12 @@ class Replica:
             self.log.close()
             self.log = None
 
+    def release(self) -> None:
+        """Close without making the log durable (no fsyncs): its files are about to be deleted."""
+        if self.log is not None:
+            self.log.release()
+            self.log = None
+
 
 def replica_directory(
     data_dir: Path, database: str, table: str, bucket: TableBucket, partition_name: str | None
@@ -268,6 +275,11 @@ def _is_plain_component(name: str) -> bool:
     return (
         bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
     )
+
+
+# Where deleted replicas' directories wait for `purge_trash` (a '.' is in no database name, so no
+# replica directory can collide with it).
+TRASH_DIR = "deleted.trash"
 
 
 class ReplicaManager:
@@ -399,14 +411,37 @@ class ReplicaManager:
         if replica is not None:
             replica.give_up_leadership("is no longer on this server")
             self.on_stopped(replica)
-            replica.close()
+            if delete:
+                replica.release()
+            else:
+                replica.close()
         if replica is not None and delete:
-            shutil.rmtree(replica.directory, ignore_errors=True)
+            self._move_to_trash(replica.directory)
             # drop now-empty table/partition directories left behind
             for parent in (replica.directory.parent, replica.directory.parent.parent):
                 if parent != self.data_dir and parent.is_dir() and not any(parent.iterdir()):
                     parent.rmdir()
         return replica
+
+    def _move_to_trash(self, directory: Path) -> None:
+        """Take a deleted replica's directory away at once (one rename, cheap on the event loop, and a
+        replica created again in its place starts empty); `purge_trash` deletes the files later."""
+        if not directory.exists():
+            return
+        trash = self.data_dir / TRASH_DIR
+        try:
+            trash.mkdir(exist_ok=True)
+            directory.rename(trash / uuid.uuid4().hex)
+        except OSError:  # e.g. on another file system: delete it here and now
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def purge_trash(self) -> None:
+        """Delete the files of deleted replicas. Blocking (a big log is many files): run it in an
+        executor. Also removes what a crash left in the trash."""
+        trash = self.data_dir / TRASH_DIR
+        if trash.is_dir():
+            for path in list(trash.iterdir()):
+                shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
         for replica in self.replicas.values():

@@ -212,6 +212,8 @@ class TabletServer:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # replicas deleted before a crash, still in the trash
+        asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
         await self.rpc.start()
         self.metrics_server = start_reporter(self.metrics, self.config, self.host)
         if self.metrics_server is not None:
@@ -685,6 +687,7 @@ class TabletServer:
 
     async def _stop_replica(self, request: pb.StopReplicaRequest, ctx: RequestContext) -> Message:
         response = pb.StopReplicaResponse()
+        deleted = False
         for entry in request.stop_replicas_req:
             bucket = TableBucket.from_pb(entry.table_bucket)
             result = response.stop_replicas_resp.add()
@@ -697,9 +700,12 @@ class TabletServer:
                 result.error_code = e.code
                 result.error_message = e.message
                 continue
+            deleted = deleted or (replica is not None and entry.delete)
             if replica is not None and entry.delete and replica.table_info.has_primary_key:
                 loop = asyncio.get_running_loop()
                 loop.run_in_executor(None, self.kv_manager.delete_snapshots, replica)
+        if deleted:  # the files of a dropped table's replicas go off the event loop (many, for a big log)
+            asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
         return response
 
 

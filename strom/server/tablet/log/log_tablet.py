@@ -733,6 +733,15 @@ class LogTablet:
         fsync_path(self.directory)
         self._closed = True
 
+    def release(self) -> None:
+        """Close the files without flushing, checkpointing or marking a clean shutdown: for a log that
+        is deleted next (its fsyncs would be wasted, and a big one holds the caller for long)."""
+        if self._closed:
+            return
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
     def _check_open(self) -> None:
         if self._closed:
             raise LogStorageError(f"log tablet {self.directory} is closed")

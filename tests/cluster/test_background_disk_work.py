@@ -1,0 +1,140 @@
+"""Disk work a tablet server does off its event loop still happens, and leaves the data intact: a
+dropped table's files are deleted, retention deletes expired segments while the rest of the log
+stays readable. (How long the loop waits is measured by bench/loop_stalls.py, not here.)"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from harness import Cluster
+
+from strom.client import Connection, Schema, TableDescriptor, TablePath
+from strom.client.scanner import EARLIEST_OFFSET
+from strom.server.tablet.replica_manager import TRASH_DIR
+
+SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
+
+
+def run(cluster: Cluster, body: Callable[[Connection], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            return await asyncio.wait_for(body(conn), 90)
+
+    return asyncio.run(main())
+
+
+def rows(start: int, count: int) -> pa.Table:
+    ids = list(range(start, start + count))
+    # random text: the batches are compressed, and the logs must span many segments
+    return pa.table({"id": pa.array(ids, pa.int64()), "payload": [os.urandom(100).hex() for _ in ids]})
+
+
+async def create(conn: Connection, path: TablePath, buckets: int, **properties: str) -> Any:
+    descriptor = TableDescriptor(
+        Schema.from_arrow_schema(SCHEMA), bucket_count=buckets, properties=properties
+    )
+    await conn.get_admin().create_table(path, descriptor)
+    return await conn.get_table(path)
+
+
+async def write(table: Any, start: int, count: int, per_batch: int = 500) -> None:
+    writer = table.new_append().create_writer()
+    for first in range(start, start + count, per_batch):
+        writer.write_arrow(rows(first, min(per_batch, start + count - first)))
+    await writer.flush()
+
+
+async def read_ids(table: Any, buckets: int) -> list[int]:
+    scanner = table.new_scan().create_log_scanner()
+    for bucket in range(buckets):
+        scanner.subscribe(bucket, EARLIEST_OFFSET)
+    async with scanner:
+        return sorted(
+            i for b in [b async for b in scanner.iter_batches(to_end=True)] for i in b.batch["id"].to_pylist()
+        )
+
+
+def table_dirs(cluster: Cluster, table_id: int) -> list[Path]:
+    return [
+        path for server in cluster.tablet_servers.values() for path in server.data_dir.glob(f"*/*-{table_id}")
+    ]
+
+
+def trash_entries(cluster: Cluster) -> list[Path]:
+    return [
+        p
+        for s in cluster.tablet_servers.values()
+        if (s.data_dir / TRASH_DIR).is_dir()
+        for p in (s.data_dir / TRASH_DIR).iterdir()
+    ]
+
+
+def test_a_dropped_tables_files_are_deleted_and_other_tables_keep_theirs(cluster_factory: Any) -> None:
+    cluster = cluster_factory(tablet_servers=2, config={"log.segment.file-size": "1mb"})
+    dropped = TablePath("fluss", f"dropped_{uuid.uuid4().hex[:8]}")
+    kept = TablePath("fluss", f"kept_{uuid.uuid4().hex[:8]}")
+
+    async def body(conn: Connection) -> int:
+        doomed = await create(conn, dropped, buckets=2, **{"table.replication.factor": "2"})
+        table = await create(conn, kept, buckets=2)
+        await write(doomed, 0, 20000)
+        await write(table, 0, 1000)
+        assert len(table_dirs(cluster, doomed.table_id)) == 2  # 2 replicas of each bucket
+        assert sum(1 for d in table_dirs(cluster, doomed.table_id) for _ in d.rglob("*.log")) >= 6
+        await conn.get_admin().drop_table(dropped)
+        deadline = time.monotonic() + 30
+        while table_dirs(cluster, doomed.table_id) or trash_entries(cluster):
+            assert time.monotonic() < deadline, (table_dirs(cluster, doomed.table_id), trash_entries(cluster))
+            await asyncio.sleep(0.1)
+        await write(table, 1000, 1000)
+        assert await read_ids(table, 2) == list(range(2000))
+        return doomed.table_id
+
+    run(cluster, body)
+
+
+def test_retention_deletes_expired_segments_and_keeps_the_log_readable(cluster_factory: Any) -> None:
+    cluster = cluster_factory(
+        config={
+            "log.segment.file-size": "1mb",
+            "log.retention.check-interval": "500ms",
+            "remote.log.task-interval-duration": "1h",  # retention alone, no tiering
+        }
+    )
+    path = TablePath("fluss", f"ttl_{uuid.uuid4().hex[:8]}")
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, path, buckets=1, **{"table.log.ttl": "2s"})
+        await write(table, 0, 40000)
+        (directory,) = table_dirs(cluster, table.table_id)
+        before = sorted(p.name for p in directory.rglob("*.log"))
+        assert len(before) > 2
+        await asyncio.sleep(2.5)  # the first batches expire; newer ones are written meanwhile
+        await write(table, 40000, 10000)
+        deadline = time.monotonic() + 30
+        while (await conn.get_admin().list_offsets(path, [0], _earliest()))[0] == 0:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        start = (await conn.get_admin().list_offsets(path, [0], _earliest()))[0]
+        # the expired segments' files are gone (unlinked in the background), later ones stay
+        while any(p.name.endswith(".deleted") for p in directory.rglob("*")):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        after = sorted(p.name for p in directory.rglob("*.log"))
+        assert after and after[0] > before[0] and set(after) - set(before)
+        assert await read_ids(table, 1) == list(range(start, 50000))
+
+    run(cluster, body)
+
+
+def _earliest() -> Any:
+    from strom.client import OffsetSpec
+
+    return OffsetSpec.earliest()
