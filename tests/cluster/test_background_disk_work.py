@@ -138,3 +138,38 @@ def _earliest() -> Any:
     from strom.client import OffsetSpec
 
     return OffsetSpec.earliest()
+
+
+def test_tiering_expires_remote_segments_and_keeps_the_log_readable(cluster_factory: Any) -> None:
+    cluster = cluster_factory(
+        config={
+            "log.segment.file-size": "1mb",
+            "log.retention.check-interval": "1h",  # the remote-log task alone
+            "remote.log.task-interval-duration": "300ms",
+        }
+    )
+    path = TablePath("fluss", f"tiered_{uuid.uuid4().hex[:8]}")
+    remote = cluster.base_dir / "remote" / "log"
+
+    def remote_logs() -> set[Path]:
+        return set(remote.rglob("*.log"))
+
+    async def wait_for(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.1)
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, path, buckets=1, **{"table.log.ttl": "3s"})
+        await write(table, 0, 40000)
+        await wait_for(lambda: len(remote_logs()) >= 2, "no segments were tiered")
+        first = remote_logs()
+        await asyncio.sleep(3.5)  # the first wave expires
+        await write(table, 40000, 40000)
+        await wait_for(lambda: not first & remote_logs(), "expired remote segments were not deleted")
+        start = (await conn.get_admin().list_offsets(path, [0], _earliest()))[0]
+        assert start > 0
+        assert await read_ids(table, 1) == list(range(start, 80000))
+
+    run(cluster, body)

@@ -142,7 +142,10 @@ class RemoteLogManager:
                     min_schema_id,
                 )
             )
-        expired = self._expire(replica, remote)
+        doomed = self._expire(replica, remote)
+        if doomed:  # deleting remote files blocks (a network round trip each on object storage)
+            await asyncio.to_thread(self._delete_remote, remote, doomed)
+        expired = len(doomed)
         if todo or expired:
             manifest = await asyncio.to_thread(self._write_manifest, remote)
             await self.commit_manifest(replica, remote, manifest)
@@ -171,18 +174,21 @@ class RemoteLogManager:
         self.fs.mv(temporary, path)  # readers see the old or the new manifest, never half of one
         return path
 
-    def _expire(self, replica: Replica, remote: RemoteLog) -> int:
-        """Remote segments older than table.log.ttl go, oldest first."""
+    def _expire(self, replica: Replica, remote: RemoteLog) -> list[RemoteSegment]:
+        """Remote segments older than table.log.ttl leave the remote log, oldest first; returns them
+        (their files are for `_delete_remote`)."""
         ttl = replica.table_info.log_ttl.total_seconds() * 1000
         if ttl <= 0:
-            return 0
+            return []
         cutoff = time.time() * 1000 - ttl
-        expired = 0
+        expired = []
         while remote.segments and remote.segments[0].max_timestamp < cutoff:
-            segment = remote.segments.pop(0)
-            self.fs.rm(f"{remote.tablet_dir}/{segment.segment_id}", recursive=True)
-            expired += 1
+            expired.append(remote.segments.pop(0))
         return expired
+
+    def _delete_remote(self, remote: RemoteLog, segments: list[RemoteSegment]) -> None:
+        for segment in segments:
+            self.fs.rm(f"{remote.tablet_dir}/{segment.segment_id}", recursive=True)
 
     @staticmethod
     def _trim_local(replica: Replica, remote: RemoteLog) -> None:
