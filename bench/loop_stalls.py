@@ -13,7 +13,10 @@ the handling of the writes:
   passed, deleted by the retention checks (`log.retention.check-interval`);
 * drop table: dropping a log table of many segments (the replica is closed and its files removed);
 * tiering (a second cluster, the only one with remote log tiering on): copying a log table's closed
-  segments to remote storage, trimming the local copies, and expiring remote segments past the TTL.
+  segments to remote storage, trimming the local copies, and expiring remote segments past the TTL;
+* crash recovery (a third cluster, default `log.segment.file-size`): the tablet server is killed
+  after writing a log table and started again; the log's unflushed tail is re-validated when the
+  replica is opened.
 
     .venv/bin/python bench/loop_stalls.py [--large] [--json]
 """
@@ -28,11 +31,13 @@ import pyarrow as pa
 from common import Row, cluster, parser, report, wide_batch
 
 from strom.client import Connection
+from strom.common.errors import NetworkError
 from strom.common.schema import Schema
 from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.launcher import ServerProcess
 
 PROBE_INTERVAL_S = 0.005
 SNAPSHOT_INTERVAL_S = 4.0
@@ -41,9 +46,11 @@ PROBE_REQUEST = pb.ApiVersionsRequest(client_software_name="loop-stalls", client
 
 
 async def probe(host: str, port: int, seconds: float) -> list[float]:
-    """Round trips (ms) of ApiVersions sent every PROBE_INTERVAL_S for `seconds`."""
+    """Round trips (ms) of ApiVersions sent every PROBE_INTERVAL_S for `seconds`; the first is the
+    connection's own handshake (also an ApiVersions)."""
+    started = time.perf_counter()
     connection = await RpcConnection.connect(host, port)
-    latencies: list[float] = []
+    latencies = [(time.perf_counter() - started) * 1000]
     deadline = time.perf_counter() + seconds
     try:
         while time.perf_counter() < deadline:
@@ -112,6 +119,18 @@ async def drop_scenario(bootstrap: str, host: str, port: int, megabytes: int) ->
         return await probing
 
 
+async def crash_recovery_scenario(bootstrap: str, server: ServerProcess, megabytes: int) -> list[float]:
+    async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
+        await write_log_table(connection, "crash_stall", megabytes, None)
+    server.kill()
+    server.start()
+    while True:  # probe from the first moment the restarted server accepts connections
+        try:
+            return await probe(server.host, server.port, 5.0)
+        except NetworkError:
+            await asyncio.sleep(0.01)
+
+
 def summary(latencies: list[float]) -> tuple[float, float]:
     return max(latencies), float(np.percentile(latencies, 99))
 
@@ -151,6 +170,11 @@ def main() -> None:
         server = running.tablet_servers[0]
         results["tiering"] = asyncio.run(
             retention_scenario(running.bootstrap, server.host, server.port, megabytes, "tiered_stall")
+        )
+    recovery = {k: v for k, v in config.items() if k != "log.segment.file-size"}
+    with cluster(config=recovery) as running:
+        results["crash recovery"] = asyncio.run(
+            crash_recovery_scenario(running.bootstrap, running.tablet_servers[0], megabytes)
         )
     idle_worst, idle_p99 = summary(results.pop("idle"))
     rows = []
