@@ -22,6 +22,7 @@ BENCHMARKS = [
     "lookup",
     "tiering",
     "spark_read",
+    "loop_stalls",
 ]
 
 
