@@ -173,3 +173,37 @@ def test_tiering_expires_remote_segments_and_keeps_the_log_readable(cluster_fact
         assert await read_ids(table, 1) == list(range(start, 80000))
 
     run(cluster, body)
+
+
+def test_segments_whose_remote_copies_expired_are_not_uploaded_again(cluster_factory: Any) -> None:
+    """When every remote segment of a bucket has expired, the remote log still knows how far tiering
+    got: later rounds upload nothing again (they used to re-upload the local segments and expire them
+    at once, rewriting the manifest every round)."""
+    cluster = cluster_factory(
+        config={
+            "log.segment.file-size": "1mb",
+            "log.retention.check-interval": "1h",  # the remote-log task alone
+            "remote.log.task-interval-duration": "200ms",
+        }
+    )
+    path = TablePath("fluss", f"expired_{uuid.uuid4().hex[:8]}")
+    remote = cluster.base_dir / "remote" / "log"
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, path, buckets=1, **{"table.log.ttl": "2s"})
+        await write(table, 0, 20000)
+        deadline = time.monotonic() + 30
+        while not list(remote.rglob("*.log")):
+            assert time.monotonic() < deadline, "no segments were tiered"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2.5)  # everything uploaded is past its TTL now
+        while list(remote.rglob("*.log")):
+            assert time.monotonic() < deadline, "expired remote segments were not deleted"
+            await asyncio.sleep(0.1)
+        (manifest,) = remote.rglob("manifest.json")
+        written = manifest.stat().st_mtime_ns
+        await asyncio.sleep(1.5)  # seven rounds of the remote-log task
+        assert manifest.stat().st_mtime_ns == written, "the manifest was rewritten: segments uploaded again"
+        assert not list(remote.rglob("*.log"))
+
+    run(cluster, body)

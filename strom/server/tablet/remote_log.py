@@ -53,6 +53,9 @@ class RemoteLog:
 
     tablet_dir: str
     segments: list[RemoteSegment] = field(default_factory=list)
+    # where tiering has got to: kept (and in the manifest) when every segment has expired, so that the
+    # segments already uploaded are not uploaded again
+    tiered_end: int | None = None
 
     @property
     def start_offset(self) -> int | None:
@@ -60,7 +63,7 @@ class RemoteLog:
 
     @property
     def end_offset(self) -> int | None:
-        return self.segments[-1].end_offset if self.segments else None
+        return self.segments[-1].end_offset if self.segments else self.tiered_end
 
     def covering(self, offset: int, max_segments: int = 4) -> list[RemoteSegment]:
         """The segments a reader at `offset` needs next."""
@@ -70,7 +73,8 @@ class RemoteLog:
         return []
 
     def to_json(self) -> str:
-        return json.dumps({"version": 1, "segments": [asdict(s) for s in self.segments]})
+        segments = [asdict(s) for s in self.segments]
+        return json.dumps({"version": 1, "segments": segments, "end_offset": self.end_offset})
 
 
 def remote_tablet_dir(remote_root: str, replica: Replica) -> str:
@@ -101,6 +105,7 @@ class RemoteLogManager:
             if self.fs.exists(manifest):
                 obj = json.loads(self.fs.cat_file(manifest))
                 remote.segments = [RemoteSegment(**s) for s in obj["segments"]]
+                remote.tiered_end = obj.get("end_offset")  # absent in manifests written before it was
             replica.remote = remote
         return replica.remote  # type: ignore[return-value]
 
@@ -183,6 +188,7 @@ class RemoteLogManager:
         cutoff = time.time() * 1000 - ttl
         expired = []
         while remote.segments and remote.segments[0].max_timestamp < cutoff:
+            remote.tiered_end = remote.segments[0].end_offset
             expired.append(remote.segments.pop(0))
         return expired
 
