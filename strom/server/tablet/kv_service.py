@@ -5,6 +5,12 @@ to the bucket's log (the write-ahead log of the KV state); RocksDB gets the rows
 committed (the high watermark passes it), and acks=all answers after that, as ProduceLog does. Writes
 of one bucket are serialized, so each merges against the previous one. Lookups read committed
 rows only and return the stored bytes (`int16 schema id` + CompactedRow) unchanged.
+
+The PutKvs of one connection append in the order they arrived, as Fluss's one request thread per
+connection does: an idempotent writer pipelines up to five batches of a bucket, and a request that
+waits for a KV tablet to open (a bucket just led again) must not be overtaken on another bucket by
+the next request, or the writer's next batch sequence reaches the log first and is refused as out
+of order, which the writer cannot retry.
 """
 
 from __future__ import annotations
@@ -106,33 +112,37 @@ class KvService:
         target_columns = list(request.target_columns) or None
         response = pb.PutKvResponse()
         waits: list[tuple[pb.PbPutKvRespForBucket, Replica, int]] = []
-        for entry in request.buckets_req:
-            bucket = _bucket_of(request.table_id, entry)
-            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
-            if entry.HasField("partition_id"):
-                result.partition_id = entry.partition_id
-            try:
-                replica, kv = await self._leader_kv(bucket, ctx.api_version)
-                if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
-                    raise NotEnoughReplicasError(
-                        f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, fewer than "
-                        f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
-                    )
-                appended = await self._append(replica, kv, entry.records, target_columns)
-                traffic = self.log_service.traffic if self.log_service is not None else None
-                if traffic is not None:
-                    records = kv_record_count(entry.records)
-                    traffic.produced(replica.database, replica.table, len(entry.records), records)
-                end = appended.last_offset + 1
-                result.log_end_offset = end
-                if request.acks == -1:
-                    waits.append((result, replica, end))
-            except FlussError as e:
-                if isinstance(e, CorruptRecordError):
-                    log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
-                _set_error(result, e)
-            except Exception as e:
-                _set_error(result, _unexpected(bucket, "PutKv", e))
+        # Taken before this handler's first await, so in arrival order; released before waiting for
+        # the replicas, which need not keep the order.
+        async with _append_order(ctx):
+            for entry in request.buckets_req:
+                bucket = _bucket_of(request.table_id, entry)
+                result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+                if entry.HasField("partition_id"):
+                    result.partition_id = entry.partition_id
+                try:
+                    replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                    if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
+                        raise NotEnoughReplicasError(
+                            f"{bucket} has {len(replica.isr)} in-sync replica(s) {list(replica.isr)}, "
+                            "fewer than "
+                            f"log.replica.min-in-sync-replicas-number = {self.min_in_sync_replicas}"
+                        )
+                    appended = await self._append(replica, kv, entry.records, target_columns)
+                    traffic = self.log_service.traffic if self.log_service is not None else None
+                    if traffic is not None:
+                        records = kv_record_count(entry.records)
+                        traffic.produced(replica.database, replica.table, len(entry.records), records)
+                    end = appended.last_offset + 1
+                    result.log_end_offset = end
+                    if request.acks == -1:
+                        waits.append((result, replica, end))
+                except FlussError as e:
+                    if isinstance(e, CorruptRecordError):
+                        log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                    _set_error(result, e)
+                except Exception as e:
+                    _set_error(result, _unexpected(bucket, "PutKv", e))
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
             errors = await asyncio.gather(
@@ -281,3 +291,11 @@ class KvService:
         except Exception as e:
             _set_error(response, _unexpected(bucket, "LimitScan", e))
         return response
+
+
+def _append_order(ctx: RequestContext) -> asyncio.Lock:
+    """The lock that keeps the PutKv appends of one connection in arrival order (FIFO)."""
+    lock = ctx.session.attributes.get("kv_append_order")
+    if lock is None:
+        lock = ctx.session.attributes["kv_append_order"] = asyncio.Lock()
+    return lock
