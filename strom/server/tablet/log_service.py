@@ -11,7 +11,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -117,6 +117,10 @@ class LogService:
         self.traffic = traffic
         self.min_in_sync_replicas = min_in_sync_replicas
         self.max_wait_seconds = max_wait_seconds  # log.fetch.max-wait-time: no fetch holds longer
+        # Set by the server: ask the coordinator for a table's current schema (by table id). A client
+        # may know a column this server has not heard of yet (it was stopped through an AlterTable,
+        # or the UpdateMetadata is still on its way).
+        self.refresh_table: Callable[[int], Awaitable[None]] | None = None
 
     # ---- writes
 
@@ -292,6 +296,8 @@ class LogService:
         max_wait = min(max(asked, 0.0), self.max_wait_seconds)
         min_bytes = request.min_bytes if request.HasField("min_bytes") else 1
         deadline = time.monotonic() + max_wait
+        if request.follower_server_id < 0:
+            await self._learn_projected_columns(request)
         while True:
             response, records, total, waiting_on = self._fetch_once(request)
             remaining = deadline - time.monotonic()
@@ -312,6 +318,24 @@ class LogService:
                 for replica in waiting_on:
                     if waiter in replica.waiters:
                         replica.waiters.remove(waiter)
+
+    async def _learn_projected_columns(self, request: pb.FetchLogRequest) -> None:
+        """Projections naming a column beyond the schema this server knows: learn the table's current
+        schema before the fetch is checked (it still fails if the column is not there either)."""
+        if self.refresh_table is None:
+            return
+        for table_req in request.tables_req:
+            if not table_req.projection_pushdown_enabled or not table_req.projected_fields:
+                continue
+            for entry in table_req.buckets_req:
+                replica = self.replicas.replicas.get(_bucket_of(table_req.table_id, entry))
+                if replica is not None:
+                    if max(table_req.projected_fields) >= len(replica.arrow_schema()):
+                        try:
+                            await self.refresh_table(table_req.table_id)
+                        except FlussError as e:
+                            log.info("could not refresh the schema of table %d: %s", table_req.table_id, e)
+                    break
 
     def _fetch_once(
         self, request: pb.FetchLogRequest

@@ -111,6 +111,7 @@ class TabletServer:
             self.config.get(options.LOG_FETCH_MAX_WAIT_TIME).total_seconds(),
             traffic=self.tablet_metrics,
         )
+        self.log_service.refresh_table = self._refresh_table
         self.fetchers = ReplicaFetcherManager(
             server_id,
             self.pool,
@@ -154,6 +155,7 @@ class TabletServer:
         self._table_infos: dict[int, TableInfo] = {}
         self._schema_histories: dict[int, dict[int, Schema]] = {}
         self._learning: dict[int, asyncio.Future[TableInfo]] = {}  # tables asked for, by id
+        self._refreshed: dict[int, float] = {}  # table id -> when `_refresh_table` last asked
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
         self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
@@ -521,6 +523,30 @@ class TabletServer:
         )
         self._table_infos[table_id] = info
         return info
+
+    async def _refresh_table(self, table_id: int) -> None:
+        """Ask the coordinator for a hosted table's current info and take it as an UpdateMetadata
+        would (for a fetch naming a column this server has not heard of). At most once a second per
+        table: a client's bad projection must not turn every fetch into a coordinator request."""
+        info = self._table_infos.get(table_id)
+        now = time.monotonic()
+        if info is None or now - self._refreshed.get(table_id, -1.0) < 1.0:
+            return
+        self._refreshed[table_id] = now
+        request = pb.GetTableInfoRequest()
+        request.table_path.database_name = info.table_path.database_name
+        request.table_path.table_name = info.table_path.table_name
+        response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+        if response.table_id != table_id:
+            return  # dropped and created again: the replicas here are for the old table
+        metadata = pb.PbTableMetadata(
+            table_id=table_id,
+            schema_id=response.schema_id,
+            table_json=response.table_json,
+            created_time=response.created_time,
+            modified_time=response.modified_time,
+        )
+        await self._table_altered(metadata)
 
     async def _table_altered(self, metadata: pb.PbTableMetadata) -> None:
         """UpdateMetadata carries an altered table: its replicas take the new options and schema."""
