@@ -6,12 +6,14 @@ exactly equal to Fluss (pyiceberg and DuckDB); `strom local --spark-master stand
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,11 @@ def worker_running(spark: StandaloneCluster, app_name: str, executor_id: str) ->
     raise AssertionError(f"no worker runs executor {executor_id} of {app_id}")
 
 
+def rounds_with_records(log: Path) -> int:
+    """Tiering rounds of fluss.events that wrote records to the lake, so far."""
+    return len(re.findall(r"tiered fluss\.events: \d+ record", log.read_text()))
+
+
 def kill_workers_mid_round(
     spark: StandaloneCluster,
     cluster: Cluster,
@@ -92,20 +99,30 @@ def kill_workers_mid_round(
     fluss.events (Spark counts the task failed and runs it again on the other worker), start a
     replacement, write more and wait for the lake; a kill that came just after the task ended is tried
     again. Returns how many workers were killed."""
-    kills = 0
+    kills = misses = 0
     while not failed_tasks(ui_port):
-        assert kills < 4, "never caught an executor running a tiering task"
+        assert kills + misses < 6, "never caught an executor running a tiering task"
+        tiered = rounds_with_records(log)
         workload.events_per_write = 2_000_000  # a round long enough to be caught in
-        session(cluster, workload.write)
+        # watched from the start of the write: the round may begin (and end) before the writing
+        # session has closed its connection
+        with ThreadPoolExecutor(1) as pool:
+            writing = pool.submit(session, cluster, workload.write)
+            deadline = time.monotonic() + 150  # under a loaded machine the round can start late
+            busy: list[str] = []
+            while not busy:
+                assert time.monotonic() < deadline, "no tiering task ran"
+                busy = [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
+                if not busy and writing.done() and rounds_with_records(log) > tiered:
+                    break  # the round came and went between two looks: write again
+                time.sleep(0.02)
+            if busy:
+                spark.kill_worker(worker_running(spark, app_name, busy[0]))
+            writing.result()
         workload.events_per_write = 500
-        rounds = log.read_text().count("tiering fluss.events (")
-        deadline = time.monotonic() + 150  # under a loaded machine the round can start late
-        while log.read_text().count("tiering fluss.events (") == rounds or not (
-            busy := [e["id"] for e in executors(ui_port) if e["activeTasks"] > 0]
-        ):
-            assert time.monotonic() < deadline, "no tiering task ran"
-            time.sleep(0.02)
-        spark.kill_worker(worker_running(spark, app_name, busy[0]))
+        if not busy:
+            misses += 1
+            continue
         kills += 1
         spark.add_worker(cores=2)  # the cluster gets a replacement
         spark.wait_for_workers(2)
