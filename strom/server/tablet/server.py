@@ -504,10 +504,7 @@ class TabletServer:
 
     async def _learn_table(self, table_id: int, path: TablePath) -> TableInfo:
         """The table's info and every schema it has had, from the coordinator."""
-        request = pb.GetTableInfoRequest()
-        request.table_path.database_name = path.database_name
-        request.table_path.table_name = path.table_name
-        response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+        response = await self._coordinator_table_info(path)
         if response.table_id != table_id:
             raise FlussError(f"table {path} now has id {response.table_id}, not {table_id}")
         info = TableInfo(
@@ -524,6 +521,13 @@ class TabletServer:
         self._table_infos[table_id] = info
         return info
 
+    async def _coordinator_table_info(self, path: TablePath) -> pb.GetTableInfoResponse:
+        request = pb.GetTableInfoRequest()
+        request.table_path.database_name = path.database_name
+        request.table_path.table_name = path.table_name
+        response: pb.GetTableInfoResponse = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+        return response
+
     async def _refresh_table(self, table_id: int) -> None:
         """Ask the coordinator for a hosted table's current info and take it as an UpdateMetadata
         would (for a fetch naming a column this server has not heard of). At most once a second per
@@ -533,10 +537,7 @@ class TabletServer:
         if info is None or now - self._refreshed.get(table_id, -1.0) < 1.0:
             return
         self._refreshed[table_id] = now
-        request = pb.GetTableInfoRequest()
-        request.table_path.database_name = info.table_path.database_name
-        request.table_path.table_name = info.table_path.table_name
-        response = await self._coordinator_request(ApiKey.GET_TABLE_INFO, request)
+        response = await self._coordinator_table_info(info.table_path)
         if response.table_id != table_id:
             return  # dropped and created again: the replicas here are for the old table
         metadata = pb.PbTableMetadata(

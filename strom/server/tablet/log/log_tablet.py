@@ -652,7 +652,7 @@ class LogTablet:
         del self._segments[:count]
         del self._bases[:count]
         first_base = self._segments[0].base_offset
-        self._retire(doomed, self._writers.retire_snapshots_below(first_base, DELETED_SUFFIX))
+        self._retire(doomed, self._writers.retire_snapshots_below(first_base))
         self.log_start_offset = max(self.log_start_offset, first_base)
         self.leader_epochs.truncate_from_start(self.log_start_offset)
 

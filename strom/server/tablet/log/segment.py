@@ -14,7 +14,7 @@ import contextlib
 import errno
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +44,7 @@ __all__ = [
     "SegmentInfo",
     "offset_from_file_name",
     "segment_file_name",
+    "set_aside",
 ]
 
 LOG_SUFFIX = ".log"
@@ -53,6 +54,20 @@ DELETED_SUFFIX = ".deleted"  # a deleted segment's files, waiting to be unlinked
 MAX_RELATIVE_OFFSET = 2**31 - 1  # index entries hold offsets relative to the base as int32
 
 _LENGTH = struct.Struct("<i")
+
+
+def set_aside(paths: Iterable[Path]) -> list[Path]:
+    """Rename files to `<name>.deleted`: out of the log at once, for unlinking off the event loop
+    (`background_flush.submit_delete`). Returns the new paths of the files that existed."""
+    renamed = []
+    for path in paths:
+        target = path.with_name(path.name + DELETED_SUFFIX)
+        try:
+            path.rename(target)
+        except FileNotFoundError:
+            continue
+        renamed.append(target)
+    return renamed
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers per writev
 Buffer = bytes | bytearray | memoryview
 _SCAN_CHUNK = 64 * 1024  # header walks read this much at a time while batches are small
@@ -151,15 +166,7 @@ class LogSegment:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        renamed = []
-        for path in (self.path, self.offset_index_path, self.time_index_path):
-            target = path.with_name(path.name + DELETED_SUFFIX)
-            try:
-                path.rename(target)
-            except FileNotFoundError:
-                continue
-            renamed.append(target)
-        return renamed
+        return set_aside((self.path, self.offset_index_path, self.time_index_path))
 
     def delete(self) -> None:
         if self._fd >= 0:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from strom.common.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from strom.server.tablet.log.segment import set_aside
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
@@ -233,20 +234,10 @@ class WriterStateManager:
             if snap < offset:
                 snapshot_path(self.directory, snap).unlink(missing_ok=True)
 
-    def retire_snapshots_below(self, offset: int, suffix: str) -> list[Path]:
-        """Rename snapshots older than `offset` to `<name><suffix>` (their segments are gone) and
-        return the new paths, for the caller to unlink off the event loop."""
-        renamed = []
-        for snap in self.snapshot_offsets():
-            if snap < offset:
-                path = snapshot_path(self.directory, snap)
-                target = path.with_name(path.name + suffix)
-                try:
-                    path.rename(target)
-                except FileNotFoundError:
-                    continue
-                renamed.append(target)
-        return renamed
+    def retire_snapshots_below(self, offset: int) -> list[Path]:
+        """Set aside the snapshots older than `offset` (their segments are gone); returns their new
+        paths, for the caller to unlink off the event loop."""
+        return set_aside(snapshot_path(self.directory, s) for s in self.snapshot_offsets() if s < offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.writers.clear()
