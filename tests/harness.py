@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from strom.common.errors import FlussError
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.security.credentials import cluster_login
 from strom.server.launcher import (
     COORDINATOR,
     TABLET_SERVER,
@@ -15,6 +21,30 @@ from strom.server.launcher import (
     wait_for_tablet_servers,
     wait_until_serving,
 )
+
+
+async def wait_until_listed(coordinator: ServerProcess, server: ServerProcess, timeout: float = 30) -> None:
+    """Until the coordinator's metadata lists the tablet server (failing fast if its process exits)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not server.is_alive():
+            raise RuntimeError(f"tablet server {server.server_id} exited; see {server.log_path}")
+        try:
+            connection = await RpcConnection.connect(
+                coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
+            )
+            try:
+                response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
+            finally:
+                connection.close()
+            if server.server_id in {s.node_id for s in response.tablet_servers}:
+                return
+        except FlussError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the coordinator does not list tablet server {server.server_id}")
+        await asyncio.sleep(0.05)
+
 
 # Fast failure detection in tests; production defaults are longer.
 TEST_CONFIG = {
@@ -108,8 +138,14 @@ class Cluster:
         self.tablet_servers[server_id].kill()
 
     def start_tablet_server(self, server_id: int) -> None:
-        self.tablet_servers[server_id].start()
-        asyncio.run(wait_until_serving(self.tablet_servers[server_id]))
+        """Start it and return once the coordinator lists it again: a client connecting before that
+        gets a cluster without it (pyfluss then reports a table whose only server it was as not found)."""
+        server = self.tablet_servers[server_id]
+        server.start()
+        asyncio.run(wait_until_serving(server))
+        coordinator = next((c for c in self.coordinators if c.is_alive()), None)
+        if coordinator is not None:
+            asyncio.run(wait_until_listed(coordinator, server))
 
     def restart_coordinator(self, kill: bool = True) -> None:
         if kill:
