@@ -8,16 +8,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from strom.common.errors import FlussError
-from strom.rpc.api import ApiKey
-from strom.rpc.client import RpcConnection
-from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.security.credentials import cluster_login
 from strom.server.launcher import (
     COORDINATOR,
     TABLET_SERVER,
     ServerProcess,
     free_port,
+    listed_tablet_servers,
     wait_for_tablet_servers,
     wait_until_serving,
 )
@@ -29,18 +25,8 @@ async def wait_until_listed(coordinator: ServerProcess, server: ServerProcess, t
     while True:
         if not server.is_alive():
             raise RuntimeError(f"tablet server {server.server_id} exited; see {server.log_path}")
-        try:
-            connection = await RpcConnection.connect(
-                coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
-            )
-            try:
-                response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
-            finally:
-                connection.close()
-            if server.server_id in {s.node_id for s in response.tablet_servers}:
-                return
-        except FlussError:
-            pass
+        if server.server_id in (await listed_tablet_servers(coordinator) or set()):
+            return
         if time.monotonic() > deadline:
             raise TimeoutError(f"the coordinator does not list tablet server {server.server_id}")
         await asyncio.sleep(0.05)

@@ -146,6 +146,21 @@ async def wait_until_serving(server: ServerProcess, timeout: float = 30.0) -> No
             await asyncio.sleep(0.1)
 
 
+async def listed_tablet_servers(coordinator: ServerProcess) -> set[int] | None:
+    """The tablet servers the coordinator's metadata lists as alive (None: it did not answer)."""
+    try:
+        connection = await RpcConnection.connect(
+            coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
+        )
+        try:
+            response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
+        finally:
+            connection.close()
+    except FlussError:
+        return None
+    return {s.node_id for s in response.tablet_servers}
+
+
 async def wait_for_tablet_servers(
     coordinator: ServerProcess, ids: set[int], timeout: float = 30.0, processes: list[ServerProcess] = ()
 ) -> None:
@@ -159,18 +174,8 @@ async def wait_for_tablet_servers(
                     f"{process.role} {process.server_id} exited with code "
                     f"{process.process.returncode}; see {process.log_path}"
                 )
-        try:
-            connection = await RpcConnection.connect(
-                coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
-            )
-            try:
-                response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
-            finally:
-                connection.close()
-            if {s.node_id for s in response.tablet_servers} == ids:
-                return
-        except FlussError:
-            pass
+        if await listed_tablet_servers(coordinator) == ids:
+            return
         if time.monotonic() > deadline:
             raise TimeoutError(f"tablet servers {sorted(ids)} did not all register with the coordinator")
         await asyncio.sleep(0.1)
