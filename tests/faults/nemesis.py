@@ -1,0 +1,147 @@
+"""The nemesis: one fault per round, drawn from a seeded schedule, held for a while, then healed.
+
+Kinds (every one picks its victims from the round's random generator, so a seed replays a campaign):
+
+- isolate        one host (ZooKeeper, a coordinator or a tablet server) loses every peer, both ways
+- split          a minority of the server hosts is cut off from the majority (and from the clients)
+- zk_cut_leader  a bucket leader loses ZooKeeper, but still reaches the clients and the other servers
+- one_way        one host's packets to another are dropped (blackhole route), the reverse path kept
+- pause          SIGSTOP of a server for longer than the ZooKeeper session timeout, then SIGCONT
+- kill           SIGKILL of one process, restarted at the heal
+- kill_bucket    SIGKILL of every replica of a bucket at once, restarted at the heal
+- power_cut      SIGKILL of a tablet server and loss of its writes that were not fsynced (LazyMount)
+- rolling_restart  SIGTERM and restart of each tablet server in turn, each back in step before the next
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .bed import ZK_SESSION_S, FaultCluster
+from .workload import LOG_TABLE, TABLES
+
+KINDS = [
+    "isolate",
+    "split",
+    "zk_cut_leader",
+    "one_way",
+    "pause",
+    "kill",
+    "kill_bucket",
+    "power_cut",
+    "rolling_restart",
+]
+
+
+@dataclass
+class Fault:
+    kind: str
+    description: str
+    heal: Callable[[], None]
+    hold_s: float  # how long the fault should last at least
+
+
+def schedule(rng: random.Random, kinds: list[str], rounds: int) -> list[str]:
+    """Every kind once, in a seeded order, then seeded random draws."""
+    first = list(kinds)
+    rng.shuffle(first)
+    return (first + [rng.choice(kinds) for _ in range(max(0, rounds - len(first)))])[:rounds]
+
+
+def server_hosts(cluster: FaultCluster) -> list[str]:
+    return [name for name in cluster.net.hosts if name not in ("client", "tiering")]
+
+
+def tablet_servers(cluster: FaultCluster) -> list[str]:
+    return [f"tablet-server-{i}" for i in cluster.tablet_server_ids]
+
+
+def heal_network(cluster: FaultCluster) -> Callable[[], None]:
+    return cluster.net.heal
+
+
+def bucket_leader(cluster: FaultCluster, rng: random.Random) -> tuple[int, str]:
+    buckets = cluster.buckets([LOG_TABLE])[LOG_TABLE]["buckets"]
+    bucket = rng.choice(sorted(buckets))
+    leader = buckets[bucket]["leader"]
+    if leader is None:
+        leader = rng.choice(cluster.tablet_server_ids)
+    return int(bucket), f"tablet-server-{leader}"
+
+
+def inject(kind: str, cluster: FaultCluster, rng: random.Random, hold_s: float) -> Fault:
+    net = cluster.net
+    if kind == "isolate":
+        victim = rng.choice(server_hosts(cluster))
+        net.isolate(victim)
+        return Fault(kind, f"isolated {victim}", net.heal, hold_s)
+    if kind == "split":
+        hosts = server_hosts(cluster)
+        rng.shuffle(hosts)
+        minority = hosts[: rng.randint(1, (len(hosts) - 1) // 2)]
+        majority = [n for n in net.hosts if n not in minority]
+        net.partition(minority, majority)
+        return Fault(kind, f"split {sorted(minority)} from the rest", net.heal, hold_s)
+    if kind == "zk_cut_leader":
+        bucket, leader = bucket_leader(cluster, rng)
+        net.partition([leader], ["zk"])
+        return Fault(
+            kind,
+            f"{leader} (leader of {LOG_TABLE} bucket {bucket}) cut from ZooKeeper",
+            net.heal,
+            max(hold_s, ZK_SESSION_S + 2),
+        )
+    if kind == "one_way":
+        source, target = rng.sample(server_hosts(cluster), 2)
+        net.cut(source, target)
+        return Fault(kind, f"one-way cut {source} -> {target}", net.heal, hold_s)
+    if kind == "pause":
+        victim = rng.choice([n for n in server_hosts(cluster) if n != "zk"])
+        cluster.pause(victim)
+        return Fault(kind, f"paused {victim}", lambda: cluster.resume(victim), max(hold_s, ZK_SESSION_S + 2))
+    if kind == "kill":
+        victim = rng.choice(server_hosts(cluster))
+        cluster.kill(victim)
+        return Fault(kind, f"killed {victim}", lambda: cluster.restart(victim), hold_s)
+    if kind == "kill_bucket":
+        bucket, _ = bucket_leader(cluster, rng)
+        replicas = cluster.buckets([LOG_TABLE])[LOG_TABLE]["buckets"][str(bucket)]["replicas"]
+        victims = [f"tablet-server-{r}" for r in replicas]
+        for victim in victims:
+            cluster.kill(victim)
+
+        def restart_all() -> None:
+            for victim in victims:
+                cluster.restart(victim)
+
+        return Fault(kind, f"killed every replica of bucket {bucket}: {victims}", restart_all, hold_s)
+    if kind == "power_cut":
+        if cluster.power_cut_disabled:
+            return Fault(kind, f"skipped: {cluster.power_cut_disabled}", lambda: None, 0)
+        victim = rng.choice(tablet_servers(cluster))
+        cluster.power_cut(victim)
+        return Fault(kind, f"power cut of {victim}", lambda: cluster.restart(victim), hold_s)
+    if kind == "rolling_restart":
+        order = tablet_servers(cluster)
+        for victim in order:
+            cluster.restart(victim, graceful=True)
+            cluster.settle(TABLES, timeout=60)
+        return Fault(kind, f"rolling restart of {order}", lambda: None, 0)
+    raise ValueError(f"unknown nemesis kind {kind!r}; known: {KINDS}")
+
+
+def heal_everything(cluster: FaultCluster) -> list[str]:
+    """The end of every round: no cut, no paused process, every process running."""
+    cluster.net.heal()
+    for name in cluster.servers:
+        cluster.resume(name)
+    return cluster.start_if_dead()
+
+
+def hold(fault: Fault, started: float) -> None:
+    remaining = fault.hold_s - (time.monotonic() - started)
+    if remaining > 0:
+        time.sleep(remaining)
