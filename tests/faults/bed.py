@@ -414,6 +414,26 @@ class FaultCluster:
                     return False
         return True
 
+    def healthy(self, tables: list[str]) -> bool:
+        """Every tablet server listed and answering, every bucket led, every replica hosted (writes may
+        go on: unlike `in_step`, this does not ask the followers to have caught up)."""
+        if self.listed() != sorted(self.tablet_server_ids):
+            return False
+        metadata = self.buckets(tables)
+        states = self.replicas()
+        if any("error" in s for s in states.values()):
+            return False
+        hosted = {
+            (r["table_id"], r["bucket"], s["server_id"]) for s in states.values() for r in s["replicas"]
+        }
+        for table in metadata.values():
+            for bucket, meta in table["buckets"].items():
+                if meta["leader"] is None:
+                    return False
+                if any((table["table_id"], int(bucket), r) not in hosted for r in meta["replicas"]):
+                    return False
+        return True
+
     def settle(self, tables: list[str], timeout: float = 90) -> float:
         """Waits until the cluster is whole and its replicas in step; returns the seconds it took."""
         started = time.monotonic()

@@ -131,25 +131,24 @@ def run_client(cluster: FaultCluster, args: list[str], log_path: Path, timeout: 
 
 
 def read_lake(cluster: FaultCluster) -> tuple[list[int], dict[int, int]]:
-    """The lake's log ids and PK state, read from the warehouse files and the SQLite catalog directly."""
-    from pyiceberg.catalog import load_catalog
+    """The lake's log ids and PK state, read from the warehouse files and the SQLite catalog directly
+    (the catalog as the tiering service opens it: the SQL catalog keys tables by catalog name)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+
+    from strom.lake.iceberg.catalog import load_iceberg_catalog
 
     properties = {
         k.removeprefix("datalake.iceberg."): v
         for k, v in cluster.lake_config.items()
         if k.startswith("datalake.iceberg.")
     }
-    catalog = load_catalog("lake", **properties)
+    catalog = load_iceberg_catalog(properties)
     ids: list[int] = []
     state: dict[int, int] = {}
-    with contextlib.suppress(Exception):  # a table tiering has not created yet is empty
-        ids = (
-            catalog.load_table(f"fluss.{LOG_TABLE}")
-            .scan(selected_fields=("id",))
-            .to_arrow()["id"]
-            .to_pylist()
-        )
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(NoSuchTableError, NoSuchNamespaceError):  # not tiered yet: empty
+        log_table = catalog.load_table(f"fluss.{LOG_TABLE}")
+        ids = log_table.scan(selected_fields=("id",)).to_arrow()["id"].to_pylist()
+    with contextlib.suppress(NoSuchTableError, NoSuchNamespaceError):
         rows = catalog.load_table(f"fluss.{PK_TABLE}").scan(selected_fields=("k", "v")).to_arrow().to_pylist()
         state = {r["k"]: r["v"] for r in rows}
     return ids, state
@@ -227,6 +226,10 @@ def run(settings: Settings) -> Outcome:
                 current.description += f" (restarted {restarted})"
             current.healed = time.monotonic()
             time.sleep(settings.recover_s)
+            try:  # the next fault starts on a whole cluster, so each round's figures are its own
+                wait_until(lambda: cluster.healthy(TABLES), 60, "the cluster whole again", interval=0.5)
+            except TimeoutError as e:
+                notes.append(f"round {index} ({fault.description}): {e}")
             current.end = time.monotonic()
             for name, worker_process in zip(settings.workers, workers, strict=True):
                 if worker_process.poll() is not None:
@@ -306,7 +309,8 @@ def run(settings: Settings) -> Outcome:
 
     history = load_history(history_path)
     for r in rounds:
-        ops = [o for o in history if r.start <= o["end"] < (r.end or float("inf"))]
+        # an operation belongs to the round it started in: a write the fault held up may end later
+        ops = [o for o in history if r.start <= o["start"] < (r.end or float("inf"))]
         r.operations = len(ops)
         r.acknowledged = sum(1 for o in ops if o["outcome"] == "ok" and o["op"] != "lookup")
         r.unknown = sum(1 for o in ops if o["outcome"] == "unknown")
