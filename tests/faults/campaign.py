@@ -88,11 +88,14 @@ class Outcome:
         }
 
     def table(self) -> str:
-        lines = [f"{'round':>5}  {'nemesis':<16} {'ops':>6} {'acked':>6} {'unknown':>7} {'gap s':>6}  what"]
+        lines = [
+            f"{'round':>5}  {'nemesis':<16} {'ops':>6} {'acked':>6} {'unknown':>7} {'failed':>6} "
+            f"{'gap s':>6}  what"
+        ]
         for r in self.rounds:
             lines.append(
                 f"{r.index:>5}  {r.kind:<16} {r.operations:>6} {r.acknowledged:>6} {r.unknown:>7} "
-                f"{r.max_write_gap_s:>6.2f}  {r.description}"
+                f"{r.failed:>6} {r.max_write_gap_s:>6.2f}  {r.description}"
             )
         c = self.check
         lines += [

@@ -179,6 +179,7 @@ async def run_worker(args: argparse.Namespace) -> None:
             "args": op_args,
             "start": start,
             "end": time.monotonic(),
+            "wall_start": time.time() - (time.monotonic() - start),  # to find it in the servers' logs
             "outcome": outcome,
             "value": value,
             "error": error[:300],
