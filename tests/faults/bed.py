@@ -498,3 +498,13 @@ class FaultCluster:
 
     def client_command(self, *args: str) -> list[str]:
         return [*self.host("client").exec_prefix(), sys.executable, *args]
+
+    def client_json(self, args: list[str], timeout: float = 90) -> dict[str, Any]:
+        """Runs a module in the client host and returns the JSON object its last output line holds."""
+        result = subprocess.run(
+            self.client_command(*args), capture_output=True, text=True, cwd=ROOT, timeout=timeout
+        )
+        lines = result.stdout.strip().splitlines()
+        if result.returncode != 0 or not lines:
+            return {"ok": False, "error": f"exit {result.returncode}: {result.stderr.strip()[-500:]}"}
+        return dict(json.loads(lines[-1]))

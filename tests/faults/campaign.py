@@ -105,7 +105,8 @@ class Outcome:
             f"{self.max_write_unavailability_s:.2f} s",
             f"reordered {c.reordered}   phantom {c.phantom}   readers disagree {c.readers_disagree}   "
             f"wrong final state {c.wrong_final_state}   changelog mismatch {c.changelog_mismatch}   "
-            f"stale lookups {c.stale_lookups}   lake mismatch {c.lake_mismatch}   replica batches compared "
+            f"stale lookups {c.stale_lookups}   lake mismatch {c.lake_mismatch}   scenario failures "
+            f"{c.scenario_failures}   replica batches compared "
             f"{c.replica_batches_compared}",
             "VALID" if c.valid else "INVALID",
             *c.anomalies,
@@ -167,16 +168,24 @@ def run(settings: Settings) -> Outcome:
     history_path = base_dir / "history.jsonl"
     stop_path = base_dir / "stop"
     rounds: list[Round] = []
+    findings: list[str] = []
     try:
         cluster.start()
         if cluster.power_cut_disabled:
             notes.append(cluster.power_cut_disabled)
-        run_client(
-            cluster,
-            ["-m", "tests.faults.workload", "--setup", "--bootstrap", cluster.bootstrap],
-            cluster.logs / "setup.log",
-            120,
-        )
+        for attempt in range(3):  # pyfluss 1.0 once died of SIGABRT here, silently: try again
+            try:
+                run_client(
+                    cluster,
+                    ["-m", "tests.faults.workload", "--setup", "--bootstrap", cluster.bootstrap],
+                    cluster.logs / "setup.log",
+                    120,
+                )
+                break
+            except RuntimeError as e:
+                if attempt == 2:
+                    raise
+                notes.append(f"creating the tables failed once: {e}")
         cluster.settle(TABLES, timeout=60)
         worker_ids = list(range(1, len(settings.workers) + 1))
         for worker, client in zip(worker_ids, settings.workers, strict=True):
@@ -224,6 +233,8 @@ def run(settings: Settings) -> Outcome:
             rounds.append(current)
             hold(fault, started)
             fault.heal()
+            findings += fault.findings
+            current.description = fault.description  # a scenario adds what it saw at the heal
             restarted = heal_everything(cluster)
             if restarted:
                 current.description += f" (restarted {restarted})"
@@ -267,7 +278,9 @@ def run(settings: Settings) -> Outcome:
         )
         reads = json.loads(reads_path.read_text())
         notes += reads["errors"]
-        check = CheckResult()
+        check = CheckResult(scenario_failures=len(findings))
+        for finding in findings:
+            check.note(finding)
         check_appends(history, reads["log"], check)
         if "lookups" in reads:
             check_keys(history, reads["lookups"], reads["changelog"], check)

@@ -44,6 +44,7 @@ class CheckResult:
     stale_lookups: int = 0
     replica_batches_compared: int = 0  # so that a check that compared nothing shows it
     lake_mismatch: int = 0
+    scenario_failures: int = 0  # what a scenario nemesis saw fail (alter_one_way)
     anomalies: list[str] = field(default_factory=list)
 
     def note(self, message: str) -> None:
@@ -64,6 +65,7 @@ class CheckResult:
                 self.changelog_mismatch,
                 self.stale_lookups,
                 self.lake_mismatch,
+                self.scenario_failures,
             )
         )
 

@@ -11,6 +11,9 @@ Kinds (every one picks its victims from the round's random generator, so a seed 
 - kill_bucket    SIGKILL of every replica of a bucket at once, restarted at the heal
 - power_cut      SIGKILL of a tablet server and loss of its writes that were not fsynced (LazyMount)
 - rolling_restart  SIGTERM and restart of each tablet server in turn, each back in step before the next
+- alter_one_way  AddColumn while the coordinators' packets to a tablet server are dropped for longer than
+                 TCP retransmits (it misses the UpdateMetadata while alive); after the heal, writes of
+                 the new schema must be taken
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .bed import ZK_SESSION_S, FaultCluster
 from .workload import LOG_TABLE, TABLES
 
+# the coordinator gives an UpdateMetadata up after this long (controller.NOTIFY_TIMEOUT): the
+# alter_one_way cut outlasts it, so the AddColumn's UpdateMetadata never reaches the victim
+UPDATE_METADATA_TIMEOUT_S = 10.0
+
 KINDS = [
+    "alter_one_way",
     "isolate",
     "split",
     "zk_cut_leader",
@@ -42,6 +50,7 @@ class Fault:
     description: str
     heal: Callable[[], None]
     hold_s: float  # how long the fault should last at least
+    findings: list[str] = field(default_factory=list)  # what a scenario saw go wrong (the checker's job)
 
 
 def schedule(rng: random.Random, kinds: list[str], rounds: int) -> list[str]:
@@ -130,6 +139,8 @@ def inject(kind: str, cluster: FaultCluster, rng: random.Random, hold_s: float) 
             cluster.restart(victim, graceful=True)
             cluster.settle(TABLES, timeout=60)
         return Fault(kind, f"rolling restart of {order}", lambda: None, 0)
+    if kind == "alter_one_way":
+        return alter_one_way(cluster, rng, hold_s)
     raise ValueError(f"unknown nemesis kind {kind!r}; known: {KINDS}")
 
 
@@ -145,3 +156,51 @@ def hold(fault: Fault, started: float) -> None:
     remaining = fault.hold_s - (time.monotonic() - started)
     if remaining > 0:
         time.sleep(remaining)
+
+
+def alter_one_way(cluster: FaultCluster, rng: random.Random, hold_s: float) -> Fault:
+    table = f"altered_{rng.randrange(1 << 30)}"
+    base = ["-m", "tests.faults.alter"]
+    where = ["--bootstrap", cluster.bootstrap, "--table", table]
+    created = cluster.client_json([*base, "create", *where])
+    if not created["ok"]:
+        return Fault(
+            "alter_one_way",
+            f"skipped: creating {table} failed",
+            lambda: None,
+            0,
+            [f"alter_one_way: creating {table} failed: {created['error']}"],
+        )
+    leader = cluster.buckets([table])[table]["buckets"]["0"]["leader"]
+    victim = f"tablet-server-{leader}"
+    coordinators = [n for n in cluster.servers if n.startswith("coordinator")]
+    for coordinator in coordinators:
+        # the cut outlasts TCP's retransmissions: the coordinators' connections to the victim break
+        # and the UpdateMetadata in flight is lost, not delivered late when the network heals
+        cluster.net.set_tcp_retries(coordinator, 3)
+        cluster.net.cut(coordinator, victim)
+    altered = cluster.client_json([*base, "alter", *where])
+    fault = Fault(
+        "alter_one_way",
+        f"AddColumn on {table} while the coordinators' packets to {victim} drop",
+        lambda: None,
+        max(hold_s, UPDATE_METADATA_TIMEOUT_S + 2),
+    )
+    if not altered["ok"]:
+        fault.findings.append(f"alter_one_way: AddColumn on {table} failed: {altered['error']}")
+
+    def heal() -> None:
+        cluster.net.heal()
+        for coordinator in coordinators:
+            cluster.net.set_tcp_retries(coordinator, 15)
+        written = cluster.client_json([*base, "write", *where])
+        if written["ok"]:
+            fault.description += f"; new-schema write taken in {written['seconds']} s"
+        else:
+            fault.findings.append(
+                f"alter_one_way: {victim} missed the UpdateMetadata of AddColumn on {table} and, after the "
+                f"heal, writes of the new schema fail: {written['error']}"
+            )
+
+    fault.heal = heal
+    return fault

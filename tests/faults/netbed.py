@@ -130,6 +130,18 @@ class NetBed:
                 found.append((host.name, by_address.get(target, target)))
         return found
 
+    def set_tcp_retries(self, name: str, retries: int) -> None:
+        """net.ipv4.tcp_retries2 of one host: how many retransmissions before TCP gives a connection up
+        (15, about 15 minutes, by default). Lowered, a cut outlasting it breaks the host's connections
+        and loses what they had not delivered, as long packet loss does between real machines."""
+        result = subprocess.run(
+            ["ip", "netns", "exec", self.hosts[name].netns, "sh", "-c",
+             f"echo {int(retries)} > /proc/sys/net/ipv4/tcp_retries2"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise RuntimeError(f"cannot set tcp_retries2 of {name}: {result.stderr.strip()}")
+
     def heal(self) -> None:
         for host in self.hosts.values():
             ip("-n", host.netns, "route", "flush", "type", "blackhole", check=False)

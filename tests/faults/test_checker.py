@@ -117,3 +117,7 @@ def test_lake_must_equal_fluss() -> None:
 def test_longest_write_gap() -> None:
     history = [op("upsert", 0, 1, key=1, value=1), op("lookup", 1, 4, key=1), op("append", 3, 5, ids=[1])]
     assert longest_write_gap(history, 0, 6) == 4  # from the ack at 1 to the ack at 5; lookups do not count
+
+
+def test_a_scenario_failure_makes_the_history_invalid() -> None:
+    assert not CheckResult(scenario_failures=1).valid

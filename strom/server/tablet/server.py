@@ -125,6 +125,7 @@ class TabletServer:
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
             ),
             on_replicated=self.tablet_metrics.replicated,
+            on_unknown_schema=self.log_service.learn_schema_soon,
         )
         self.kv_manager = KvManager(
             server_id,

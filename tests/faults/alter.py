@@ -1,0 +1,75 @@
+"""The client side of the `alter_one_way` scenario, run inside the client host, one phase per call:
+
+    create  a log table (3 buckets, RF 3) with rows of schema 1
+    alter   AddColumn while the coordinators' packets to one tablet server are dropped
+    write   after the heal, rows of the new schema into every bucket, through a writer of the new table
+
+Prints one JSON line: {"ok": true, ...} or {"ok": false, "error": ...}. Exit code 0 either way; the
+campaign judges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+import pyarrow as pa
+
+BUCKETS = 3
+WRITE_TIMEOUT_S = 10.0  # taken in 1-2 s when the server learns the schema; never, or 17 s, before
+
+
+async def phase(name: str, bootstrap: str, table: str) -> dict[str, Any]:
+    from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
+
+    path = TablePath("fluss", table)
+    settings = {"bootstrap.servers": bootstrap, "client.writer.acks": "all"}
+    async with await Connection.create(settings) as connection:
+        admin = connection.get_admin()
+        if name == "create":
+            schema = Schema.from_arrow_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
+            properties = {"table.replication.factor": "3"}
+            await admin.create_table(
+                path, TableDescriptor(schema, bucket_count=BUCKETS, properties=properties)
+            )
+            writer = (await connection.get_table(path)).new_append().create_writer()
+            for i in range(30):
+                writer.append({"id": i, "name": f"n{i}"})
+            await writer.flush()
+            return {"ok": True}
+        if name == "alter":
+            await admin.alter_table(path, [TableChange.add_column("extra", "STRING")])
+            return {"ok": True, "schema_id": (await connection.get_table(path)).schema_id}
+        if name == "write":
+            started = time.monotonic()
+            table_v2 = await connection.get_table(path)
+            writer = table_v2.new_append().create_writer()
+            for i in range(100, 160):
+                writer.append({"id": i, "name": f"n{i}", "extra": f"e{i}"})
+            await asyncio.wait_for(writer.flush(), WRITE_TIMEOUT_S)
+            return {
+                "ok": True,
+                "schema_id": table_v2.schema_id,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+    raise ValueError(f"unknown phase {name!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("phase", choices=["create", "alter", "write"])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--table", required=True)
+    args = parser.parse_args()
+    try:
+        result = asyncio.run(asyncio.wait_for(phase(args.phase, args.bootstrap, args.table), 60))
+    except Exception as e:
+        result = {"ok": False, "error": f"{type(e).__name__}: {e}"[:500]}
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
