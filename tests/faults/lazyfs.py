@@ -25,6 +25,9 @@ worst case, a cut just before any background write-back or periodic journal comm
   and not followed by any fsync disappears (with its directory entry), an unlinked file comes back
   with its durable content, a rename is undone (the replaced file returns). A file whose creation
   was committed but whose data was never fsynced comes back empty: ext4's zero-length files.
+- Torn tails, on request: `power_cut(torn_seed=N)` keeps, of each file that grew since its last
+  fsync, a seeded random prefix of that growth, cut at any byte: write-back of an append had begun
+  (ext4's data=ordered still never shows bytes that were not written). Recovery must cut such a tail.
 - Truncate: the cut bytes are saved as for an overwrite, so an unsynced truncate reverts; but a
   truncate to a smaller size is journaled metadata too, so a later journal commit makes the smaller
   size durable (with the bytes below it as they last were durable).
@@ -133,11 +136,14 @@ class LazyMount:
             raise LazyMountError(f"{self.mountpoint} is already a mount point")
         self._spawn()
 
-    def power_cut(self) -> None:
-        """Drop every write not made durable; afterwards the mount is usable again."""
+    def power_cut(self, torn_seed: int | None = None) -> None:
+        """Drop every write not made durable; afterwards the mount is usable again. With `torn_seed`,
+        each file that grew since its last fsync keeps a seeded random prefix of its growth instead of
+        none of it: a torn tail, as when write-back of an append had begun when the power went."""
         if self._process is None:
             raise LazyMountError("power_cut on a LazyMount that is not started")
-        answer = self._command("cut")
+        command = "cut" if torn_seed is None else f"cut {int(torn_seed)}"
+        answer = self._command(command)
         result = json.loads(answer.removeprefix("cut "))
         self._halt()
         if result["failures"]:
@@ -203,7 +209,7 @@ class LazyMount:
         except OSError as e:
             raise LazyMountError(f"{command}: the lazyfs daemon is gone ({e}){self._stderr_tail()}") from e
         line = self._next_line(COMMAND_TIMEOUT_S, command)
-        if not line.startswith(command + " "):
+        if not line.startswith(command.split()[0] + " "):
             raise LazyMountError(f"{command}: the lazyfs daemon answered {line!r}{self._stderr_tail()}")
         return line
 

@@ -13,7 +13,8 @@ under a hidden graveyard directory in BACKING until the commit makes their remov
 
 Control is line-based on stdin/stdout: the daemon prints `ready` once mounted; `cut` reverts BACKING
 to its durable state, answers `cut {json}` and refuses every file operation from then on (EIO: the
-power is off); `stats` answers `stats {json}`. End of stdin (LazyMount stopped, or the test runner
+power is off); `cut SEED` does the same but keeps a seeded random prefix of each file's unsynced
+growth (a torn tail); `stats` answers `stats {json}`. End of stdin (LazyMount stopped, or the test runner
 died) unmounts and exits, so a mount never outlives its owner.
 """
 
@@ -23,6 +24,7 @@ import errno
 import json
 import logging
 import os
+import random
 import signal
 import stat
 import sys
@@ -94,10 +96,17 @@ class FileState:
                 kept.append((offset, data[: self.durable_size - offset]))
         self.saved = kept
 
-    def revert(self) -> None:
+    def revert(self, torn_seed: int | None) -> None:
+        current = os.fstat(self.fd).st_size
         for offset, data in self.saved:
             os.pwrite(self.fd, data, offset)
-        os.ftruncate(self.fd, self.durable_size)
+        size = self.durable_size
+        if torn_seed is not None and current > size:
+            # some of the growth was written back before the cut: a prefix of it, cut anywhere (a
+            # torn write). Seeded by the file's own sizes, so a replay with the seed cuts the same.
+            rng = random.Random(f"{torn_seed}:{size}:{current}")
+            size += rng.randint(0, current - size)
+        os.ftruncate(self.fd, size)
 
 
 @dataclass
@@ -242,8 +251,9 @@ class DurabilityJournal:
             self.undo.append(Undo("rename", new, old=old, grave=grave))
 
     # -- the power cut
-    def cut(self) -> dict[str, Any]:
-        """Revert BACKING to its durable state and refuse everything from now on."""
+    def cut(self, torn_seed: int | None = None) -> dict[str, Any]:
+        """Revert BACKING to its durable state and refuse everything from now on. With `torn_seed`,
+        each file that grew since its last fsync keeps a seeded random prefix of that growth."""
         with self.lock:
             self.powered = False
             reverted_files = len(self.files)
@@ -251,7 +261,7 @@ class DurabilityJournal:
             failures: list[str] = []
             for state in self.files.values():
                 try:
-                    state.revert()
+                    state.revert(torn_seed)
                 except OSError as e:
                     failures.append(f"revert of inode data: {e}")
                 finally:
@@ -515,8 +525,9 @@ def _control(journal: DurabilityJournal) -> None:
     """Commands from LazyMount on stdin; end of input unmounts (SIGTERM makes libfuse leave its loop)."""
     for line in sys.stdin:
         command = line.strip()
-        if command == "cut":
-            print("cut " + json.dumps(journal.cut()), flush=True)
+        if command == "cut" or command.startswith("cut "):
+            seed = command.removeprefix("cut").strip()
+            print("cut " + json.dumps(journal.cut(int(seed) if seed else None)), flush=True)
         elif command == "stats":
             with journal.lock:
                 stats = dict(journal.stats, dirty_files=len(journal.files), undo=len(journal.undo))

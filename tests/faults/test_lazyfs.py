@@ -148,6 +148,25 @@ def test_truncate_reverts_unless_a_journal_commit_follows(mount: LazyMount) -> N
     assert (root / "seg").read_bytes() == b"0123"
 
 
+def test_torn_power_cut_keeps_a_seeded_prefix_of_the_unsynced_growth(mount: LazyMount) -> None:
+    root = mount.mountpoint
+    kept: dict[int, bytes] = {}
+    for seed in range(4):
+        write(root / "log", b"durable|", sync=True)
+        write(root / "log", bytes(range(200)), append=True)
+        mount.power_cut(torn_seed=seed)
+        content = (root / "log").read_bytes()
+        assert content == (b"durable|" + bytes(range(200)))[: len(content)]
+        assert len(content) >= len(b"durable|")
+        kept[seed] = content
+    assert len({len(c) for c in kept.values()}) > 1, "the cut point must depend on the seed"
+    # the same history and seed cut at the same byte: a campaign can replay it
+    write(root / "log", b"durable|", sync=True)
+    write(root / "log", bytes(range(200)), append=True)
+    mount.power_cut(torn_seed=2)
+    assert (root / "log").read_bytes() == kept[2]
+
+
 def test_stop_cleans_up_after_the_daemon_died(tmp_path: Path) -> None:
     m = LazyMount(tmp_path / "backing", tmp_path / "mnt")
     m.start()
@@ -215,8 +234,9 @@ def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
 ) -> None:
     """A real tablet server with its data directory on the mount: pyfluss appends (acks=all), SIGKILL,
     power cut, restart. Without `log.flush.interval-messages` nothing fsyncs the appends, so with one
-    replica acknowledged records may be lost, but what comes back is a prefix, readable and in order;
-    with it set to 1 every acknowledged record survives."""
+    replica acknowledged records may be lost, but what comes back is a prefix, readable and in order,
+    also when the cut tears a batch (recovery cuts the torn tail); with it set to 1 every acknowledged
+    record survives."""
     cluster = Cluster(tmp_path / "cluster", tablet_servers=1)
     server = cluster.tablet_servers[0]
     mount = LazyMount(tmp_path / "disk", server.data_dir)
@@ -227,12 +247,24 @@ def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
         acked = _append_batches(cluster, unsynced, batches=5, rows=200)
         server.kill()
         mount.power_cut()
-        server.config = {**server.config, "log.flush.interval-messages": "1"}
         cluster.start_tablet_server(0)
         survived = _read_ids(cluster, unsynced)
         assert survived == acked[: len(survived)], "recovery must leave a prefix of the log"
         record_property("survived_without_fsync", f"{len(survived)}/{len(acked)}")
         print(f"without fsync: {len(survived)} of {len(acked)} acknowledged records survived the cut")
+
+        torn = fluss.TablePath("fluss", "appends_torn")
+        acked = _append_batches(cluster, torn, batches=5, rows=200)
+        server.kill()
+        mount.power_cut(torn_seed=7)
+        server.config = {**server.config, "log.flush.interval-messages": "1"}
+        cluster.start_tablet_server(0)
+        survived_torn = _read_ids(cluster, torn)
+        assert survived_torn == acked[: len(survived_torn)]
+        assert 0 < len(survived_torn) < len(acked), "seed 7 keeps part of the log, torn mid-batch"
+        assert "recovery cut" in (cluster.base_dir / "logs" / "tablet-server-0.log").read_text()
+        record_property("survived_torn", f"{len(survived_torn)}/{len(acked)}")
+        print(f"torn cut: {len(survived_torn)} of {len(acked)} acknowledged records survived")
 
         synced = fluss.TablePath("fluss", "appends_fsynced")
         acked = _append_batches(cluster, synced, batches=5, rows=200)
@@ -241,6 +273,7 @@ def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
         cluster.start_tablet_server(0)
         assert _read_ids(cluster, synced) == acked
         assert _read_ids(cluster, unsynced) == survived
+        assert _read_ids(cluster, torn) == survived_torn
     except BaseException:
         print(cluster.logs())
         raise
