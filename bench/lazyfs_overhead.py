@@ -9,6 +9,7 @@ plain disk. Not a Strom figure: it tells how much slower a fault campaign's serv
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -95,8 +96,8 @@ def main() -> None:
             (1 << 20, 0, "append 1 MiB writes"),
             (64 << 10, 16, "append 64 KiB, fsync every 1 MiB"),
         ):
-            lazy = median_of(args.runs, lambda c=chunk, f=fsync_every: append_mb_per_s(mounted, total, c, f))
-            direct = median_of(args.runs, lambda c=chunk, f=fsync_every: append_mb_per_s(plain, total, c, f))
+            lazy = median_of(args.runs, functools.partial(append_mb_per_s, mounted, total, chunk, fsync_every))
+            direct = median_of(args.runs, functools.partial(append_mb_per_s, plain, total, chunk, fsync_every))
             rows.append(Row(f"{label}, LazyMount", lazy, direct, "MB/s", "plain dir"))
     fluss_total = (512 if args.large else 128) << 20
     rows.append(
