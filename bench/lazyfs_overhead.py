@@ -96,8 +96,12 @@ def main() -> None:
             (1 << 20, 0, "append 1 MiB writes"),
             (64 << 10, 16, "append 64 KiB, fsync every 1 MiB"),
         ):
-            lazy = median_of(args.runs, functools.partial(append_mb_per_s, mounted, total, chunk, fsync_every))
-            direct = median_of(args.runs, functools.partial(append_mb_per_s, plain, total, chunk, fsync_every))
+            lazy = median_of(
+                args.runs, functools.partial(append_mb_per_s, mounted, total, chunk, fsync_every)
+            )
+            direct = median_of(
+                args.runs, functools.partial(append_mb_per_s, plain, total, chunk, fsync_every)
+            )
             rows.append(Row(f"{label}, LazyMount", lazy, direct, "MB/s", "plain dir"))
     fluss_total = (512 if args.large else 128) << 20
     rows.append(
