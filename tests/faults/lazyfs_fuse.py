@@ -443,6 +443,9 @@ class LazyOperations(fuse.Operations):
         # The kernel passes the offset of every write (O_APPEND included): pwrite on an O_APPEND
         # descriptor would ignore it. O_TRUNC is done as a journaled truncate. Write access implies read
         # access for us: a changed range's original bytes must be read first.
+        if flags & os.O_DIRECT:
+            # writes that bypass the page cache are durable at once on a real disk: not modelled
+            raise _error(errno.EINVAL)
         flags &= ~(os.O_APPEND | os.O_TRUNC | os.O_CREAT | os.O_EXCL)
         if flags & os.O_ACCMODE != os.O_RDONLY:
             flags = (flags & ~os.O_ACCMODE) | os.O_RDWR

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -71,6 +72,9 @@ def test_plain_file_operations_pass_through(mount: LazyMount) -> None:
     (root / "d" / "link").unlink()
     (root / "d" / "e").rmdir()
     assert os.listdir(root) == ["d"]  # the daemon's graveyard stays hidden
+    with pytest.raises(OSError) as refused:
+        os.open(root / "d" / "direct", os.O_WRONLY | os.O_CREAT | os.O_DIRECT)  # not modelled: refused
+    assert refused.value.errno == errno.EINVAL
     assert (mount.backing / "d").is_dir()  # everything is in the backing directory at once
 
 
@@ -217,6 +221,31 @@ def _append_batches(cluster: Cluster, path: Any, batches: int, rows: int) -> lis
     return result
 
 
+def _upsert_rounds(cluster: Cluster, path: Any, rounds: int, keys: int) -> None:
+    """Upserts every key once per round, each round acknowledged (acks=all) before the next."""
+
+    async def body(connection: Any) -> None:
+        schema = fluss.Schema(pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_keys=["id"])
+        await connection.get_admin().create_table(path, fluss.TableDescriptor(schema, bucket_count=1))
+        writer = (await connection.get_table(path)).new_upsert().create_writer()
+        for r in range(rounds):
+            for k in range(keys):
+                writer.upsert({"id": k, "v": f"round-{r}-{k}"})
+            await writer.flush()
+
+    run_pyfluss(cluster.bootstrap, body)
+
+
+def _lookup(cluster: Cluster, path: Any, keys: range) -> list[str | None]:
+    async def body(connection: Any) -> list[str | None]:
+        lookuper = (await connection.get_table(path)).new_lookup().create_lookuper()
+        rows = [await lookuper.lookup({"id": k}) for k in keys]
+        return [None if row is None else row["v"] for row in rows]
+
+    result: list[str | None] = run_pyfluss(cluster.bootstrap, body)
+    return result
+
+
 def _read_ids(cluster: Cluster, path: Any) -> list[int]:
     async def body(connection: Any) -> list[int]:
         table = await connection.get_table(path)
@@ -236,7 +265,7 @@ def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
     power cut, restart. Without `log.flush.interval-messages` nothing fsyncs the appends, so with one
     replica acknowledged records may be lost, but what comes back is a prefix, readable and in order,
     also when the cut tears a batch (recovery cuts the torn tail); with it set to 1 every acknowledged
-    record survives."""
+    record survives, and so does every acknowledged upsert of a primary-key table (RocksDB)."""
     cluster = Cluster(tmp_path / "cluster", tablet_servers=1)
     server = cluster.tablet_servers[0]
     mount = LazyMount(tmp_path / "disk", server.data_dir)
@@ -268,12 +297,15 @@ def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
 
         synced = fluss.TablePath("fluss", "appends_fsynced")
         acked = _append_batches(cluster, synced, batches=5, rows=200)
+        keyed = fluss.TablePath("fluss", "upserts_fsynced")  # RocksDB on the mount too
+        _upsert_rounds(cluster, keyed, rounds=3, keys=100)
         server.kill()
         mount.power_cut()
         cluster.start_tablet_server(0)
         assert _read_ids(cluster, synced) == acked
         assert _read_ids(cluster, unsynced) == survived
         assert _read_ids(cluster, torn) == survived_torn
+        assert _lookup(cluster, keyed, range(0, 100, 9)) == [f"round-2-{k}" for k in range(0, 100, 9)]
     except BaseException:
         print(cluster.logs())
         raise
