@@ -434,17 +434,17 @@ class TabletServer:
         request = pb.AdjustIsrRequest(serverId=self.server_id)
         by_table: dict[int, pb.PbAdjustIsrReqForTable] = {}
         for bucket, isr in proposals.items():
-            replica = self.replica_manager.replicas[bucket]
+            proposer = self.replica_manager.replicas[bucket]
             table = by_table.get(bucket.table_id)
             if table is None:
                 table = request.tables_req.add(table_id=bucket.table_id)
                 by_table[bucket.table_id] = table
             entry = table.buckets_req.add(
                 bucket_id=bucket.bucket,
-                leader_epoch=replica.leader_epoch,
+                leader_epoch=proposer.leader_epoch,
                 new_isr=isr,
                 coordinator_epoch=self.coordinator_epoch,
-                bucket_epoch=replica.bucket_epoch,
+                bucket_epoch=proposer.bucket_epoch,
             )
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id
