@@ -16,7 +16,8 @@ __all__ = ["QueuedWriter"]
 
 
 class _SharedQueues(Protocol):
-    accumulator: RecordAccumulator
+    @property
+    def accumulator(self) -> RecordAccumulator: ...  # read-only: a client may hold a subclass
 
     def flush(self) -> Awaitable[object]: ...
 
