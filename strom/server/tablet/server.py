@@ -255,10 +255,14 @@ class TabletServer:
 
     # ---- membership
 
-    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+    def _active_coordinator(self) -> tuple[str, int]:
+        """The active coordinator's address; with ZooKeeper there may be none for a while."""
         if self.coordinator is None:
             raise LeaderNotAvailableError("no coordinator is active at the moment; retry shortly")
-        return await self.pool.request(*self.coordinator, key, message, timeout=timeout)
+        return self.coordinator
+
+    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+        return await self.pool.request(*self._active_coordinator(), key, message, timeout=timeout)
 
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
@@ -599,7 +603,7 @@ class TabletServer:
     async def _pass_on(self, key: ApiKey, request: Message) -> Any:
         """Send a client's request to the coordinator as it came, even with required fields missing:
         the coordinator answers those with the right error code."""
-        connection = await self.pool.get(*self.coordinator)
+        connection = await self.pool.get(*self._active_coordinator())
         body = await connection.request_raw(key, request.SerializePartialToString())
         response = api_spec(key).response_type()
         response.ParseFromString(body)
