@@ -32,9 +32,11 @@ async def phase(name: str, bootstrap: str, table: str) -> dict[str, Any]:
         if name == "create":
             schema = Schema.from_arrow_schema(pa.schema([("id", pa.int64()), ("name", pa.string())]))
             properties = {"table.replication.factor": "3"}
-            await admin.create_table(
-                path, TableDescriptor(schema, bucket_count=BUCKETS, properties=properties)
+            # hashed on id: every write reaches every bucket, the one the victim leads among them
+            descriptor = TableDescriptor(
+                schema, bucket_count=BUCKETS, bucket_keys=["id"], properties=properties
             )
+            await admin.create_table(path, descriptor)
             writer = (await connection.get_table(path)).new_append().create_writer()
             for i in range(30):
                 writer.append({"id": i, "name": f"n{i}"})

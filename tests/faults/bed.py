@@ -47,13 +47,16 @@ BED_CONFIG = {
 }
 
 
-def lazy_mount_class() -> Any:
-    """LazyMount, or None when tests/faults/lazyfs.py is not there (the power-cut nemesis is then off)."""
+def lazy_mount_class() -> tuple[Any, str | None]:
+    """(LazyMount, None), or (None, why the power-cut nemesis is off)."""
     try:
-        from .lazyfs import LazyMount  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    return LazyMount
+        from .lazyfs import LazyMount, fuse_available
+    except ImportError as e:
+        return None, f"power cut off: tests/faults/lazyfs.py cannot be imported ({e})"
+    missing = fuse_available()
+    if missing is not None:
+        return None, f"power cut off: {missing}"
+    return LazyMount, None
 
 
 @dataclass
@@ -211,13 +214,8 @@ class FaultCluster:
             names.append("tiering")
         self.net = NetBed(names)
         self.with_tiering = tiering
-        self.mount_class = lazy_mount_class() if power_cut else None
-        self.power_cut_disabled = (
-            None
-            if self.mount_class is not None
-            else "power cut off: tests/faults/lazyfs.py (LazyMount) is not in this tree"
-            if power_cut
-            else "power cut off: not asked for"
+        self.mount_class, self.power_cut_disabled = (
+            lazy_mount_class() if power_cut else (None, "power cut off: not asked for")
         )
         self.servers: dict[str, HostProcess] = {}
         self.zookeeper: ZooKeeperHost | None = None
