@@ -201,10 +201,12 @@ def alter_one_way(cluster: FaultCluster, rng: random.Random, hold_s: float) -> F
     leader = cluster.buckets([table])[table]["buckets"]["0"]["leader"]
     victim = f"tablet-server-{leader}"
     coordinators = [n for n in cluster.servers if n.startswith("coordinator")]
+    # the cut outlasts TCP's retransmissions (on every host involved, as machines configured alike
+    # are): the connections between coordinators and victim break, and the UpdateMetadata in flight
+    # is lost rather than delivered late when the network heals
+    for host in [*coordinators, victim]:
+        cluster.net.set_tcp_retries(host, 3)
     for coordinator in coordinators:
-        # the cut outlasts TCP's retransmissions: the coordinators' connections to the victim break
-        # and the UpdateMetadata in flight is lost, not delivered late when the network heals
-        cluster.net.set_tcp_retries(coordinator, 3)
         cluster.net.cut(coordinator, victim)
     altered = cluster.client_json([*base, "alter", *where])
     fault = Fault(
@@ -218,11 +220,13 @@ def alter_one_way(cluster: FaultCluster, rng: random.Random, hold_s: float) -> F
 
     def heal() -> None:
         cluster.net.heal()
-        for coordinator in coordinators:
-            cluster.net.set_tcp_retries(coordinator, 15)
+        for host in [*coordinators, victim]:
+            cluster.net.set_tcp_retries(host, 15)
         written = cluster.client_json([*base, "write", *where])
         if written["ok"]:
-            fault.description += f"; new-schema write taken in {written['seconds']} s"
+            fault.description += (
+                f"; new-schema write taken after {written['seconds']} s, attempt {written['attempts']}"
+            )
             try:  # as follower too the victim must take the new schema's batches, and catch up
                 wait_until(lambda: cluster.in_step([table]), 20, f"{victim} in step on {table}", interval=0.5)
             except TimeoutError:
