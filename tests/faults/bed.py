@@ -214,6 +214,8 @@ class FaultCluster:
             names.append("tiering")
         self.net = NetBed(names)
         self.with_tiering = tiering
+        self.mount_class: Any
+        self.power_cut_disabled: str | None
         self.mount_class, self.power_cut_disabled = (
             lazy_mount_class() if power_cut else (None, "power cut off: not asked for")
         )

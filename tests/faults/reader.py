@@ -74,7 +74,8 @@ async def read_pyfluss(bootstrap: str) -> list[list[int]]:
             for bucket in polled.buckets():
                 for record in polled.records(bucket):
                     if record.offset < ends[bucket.bucket_id]:
-                        records.append([bucket.bucket_id, record.offset, record.row["id"]])
+                        row: Any = record.row
+                        records.append([bucket.bucket_id, record.offset, row["id"]])
                     next_offsets[bucket.bucket_id] = max(next_offsets[bucket.bucket_id], record.offset + 1)
         return records
     finally:

@@ -22,6 +22,7 @@ import contextlib
 import json
 import random
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,7 @@ class PyFlussSession(Session):
         await self.upserter.flush()
 
     async def lookup(self, key: int) -> int | None:
-        row = await self.lookuper.lookup({"k": key})
+        row: Any = await self.lookuper.lookup({"k": key})
         return None if row is None else int(row["v"])
 
     async def close(self) -> None:
@@ -199,6 +200,7 @@ async def run_worker(args: argparse.Namespace) -> None:
             roll = rng.random()
             start = time.monotonic()
             op_args: dict[str, Any]
+            call: Coroutine[Any, Any, int | None]
             if roll < 0.5:
                 count = rng.randint(1, 5)
                 ids = [key_of(args.worker, next_index + i) for i in range(count)]
@@ -216,8 +218,8 @@ async def run_worker(args: argparse.Namespace) -> None:
                 key = key_of(args.worker, rng.randrange(KEYS_PER_WORKER))
                 op, op_args, call = "lookup", {"key": key}, session.lookup(key)
             try:
-                value = await asyncio.wait_for(call, OP_TIMEOUT_S)
-                record(op, op_args, start, "ok", value)
+                result = await asyncio.wait_for(call, OP_TIMEOUT_S)
+                record(op, op_args, start, "ok", result)
             except Exception as e:
                 # a write that raised or timed out may still be applied; a failed read changed nothing
                 record(
