@@ -8,8 +8,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
@@ -53,7 +54,11 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
+class _Server(Protocol):
+    async def stop(self) -> None: ...
+
+
+def _run_server(coroutine_factory: Callable[[], Awaitable[_Server]]) -> None:
     import uvloop
 
     from strom.server.allocator import keep_large_allocations_on_the_heap
