@@ -157,7 +157,7 @@ class CoordinatorServer:
             raise LeaderNotAvailableError(
                 "no coordinator is active at the moment (starting, or electing a new one); retry shortly"
             )
-        return target  # type: ignore[no-any-return]
+        return target
 
     async def _active_request(self, key: ApiKey, request: Message, timeout: float | None = None) -> Any:
         return await self.pool.request(*self._active_address(), key, request, timeout=timeout)
@@ -166,7 +166,7 @@ class CoordinatorServer:
         active = self.active
         if active is not None:
             return await active.handlers[key](request, ctx)
-        return await self._active_request(key, request)  # type: ignore[no-any-return]
+        return await self._active_request(key, request)
 
     async def _mirror_acls(self) -> None:
         assert self._acl_mirror is not None

@@ -267,7 +267,7 @@ class TabletServer:
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
         if self.zookeeper is not None:
-            return await self.zookeeper.coordinator_epoch()  # type: ignore[no-any-return]
+            return await self.zookeeper.coordinator_epoch()
         response = await self._coordinator_request(
             ApiKey.TABLET_SERVER_HEARTBEAT,
             internal.TabletServerHeartbeatRequest(server_id=self.server_id, session_id=self.session_id or 0),
