@@ -67,7 +67,7 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
     custom = dict(descriptor.custom_properties)
     for change in request.config_changes:
         key = change.config_key
-        if key in cfg.CONNECTOR_OPTIONS:
+        if key in (cfg.BUCKET_NUM.key, cfg.BUCKET_KEY.key):
             raise InvalidAlterTableError(
                 f"The option '{key}' is not supported to alter yet: table '{table}' keeps the bucket count "
                 "and bucket key it was created with."
