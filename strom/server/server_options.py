@@ -12,6 +12,7 @@ import difflib
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 from strom.common import config as options
 from strom.common.config import Configuration
@@ -19,6 +20,8 @@ from strom.common.errors import InvalidConfigError
 from strom.security.listeners import parse_endpoints
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Key families a server accepts besides the declared options: the lake's catalog properties, per-listener
 # SASL settings, the Prometheus reporter's settings and the client options servers use for their own calls.
@@ -62,6 +65,14 @@ def check_server_config(config: Configuration) -> None:
             )
 
 
+def option_value(config: Configuration, option: options.ConfigOption[T]) -> T:
+    """The option's value, which its default makes present."""
+    value: T | None = config.get(option)
+    if value is None:
+        raise InvalidConfigError(f"{option.key} must be set")
+    return value
+
+
 def remote_data_dir(config: Configuration) -> str | None:
     """The remote storage root: `remote.data.dirs` when it lists one directory, else `remote.data.dir`.
 
@@ -83,7 +94,7 @@ def data_dir(flag: Path | None, config: Configuration) -> Path:
     """`--data-dir` wins over `data.dir`, which defaults to Fluss's /tmp/fluss-data."""
     if flag is not None:
         return flag
-    return Path(config.get(options.DATA_DIR) or options.DATA_DIR.default or "")
+    return Path(option_value(config, options.DATA_DIR))
 
 
 def listen_address(

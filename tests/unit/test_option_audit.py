@@ -52,6 +52,7 @@ def declared_options(declaring: frozenset[Path]) -> list[Declared]:
                 target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0]
                 key = node.value.args[0]
                 assert isinstance(target, ast.Name) and isinstance(key, ast.Constant)
+                assert isinstance(key.value, str), f"{target.id}: the key is not a string literal"
                 found.append(Declared(target.id, key.value, path))
     return found
 

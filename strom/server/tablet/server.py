@@ -37,7 +37,7 @@ from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
-from strom.server.server_options import check_server_config, remote_data_dir
+from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
@@ -125,7 +125,7 @@ class TabletServer:
                     self.config.get(options.LOG_REPLICA_FETCH_WAIT_MAX_TIME).total_seconds() * 1000
                 ),
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
-                min_bytes=int(self.config.get(options.LOG_REPLICA_FETCH_MIN_BYTES)),
+                min_bytes=int(option_value(self.config, options.LOG_REPLICA_FETCH_MIN_BYTES)),
             ),
             on_replicated=self.tablet_metrics.replicated,
         )
@@ -134,7 +134,7 @@ class TabletServer:
             remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
             write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
-            recover_read_bytes=int(self.config.get(options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
+            recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
                 replica.bucket, replica.database, replica.table, done.size, seconds
@@ -153,7 +153,7 @@ class TabletServer:
                 self.replica_manager,
                 remote_root,
                 self._commit_remote_log_manifest,
-                max_upload_segments=self.config.get(options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+                max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
             )
             if remote_root
             else None
