@@ -20,6 +20,7 @@ from harness import run_pyfluss
 
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.server.launcher import free_port
 from strom.server.zookeeper.local_server import LocalZooKeeper
@@ -52,15 +53,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-async def described_racks(port: int) -> dict[int, str]:
+async def racks(port: int) -> tuple[dict[int, str], dict[int, str]]:
+    """Each tablet server's rack as DescribeCluster (strom status) and Metadata report it."""
     connection = await RpcConnection.connect("127.0.0.1", port, connect_timeout=2)
     try:
-        response = await connection.request(
+        described = await connection.request(
             ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest(), timeout=5
         )
+        metadata = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)
     finally:
         connection.close()
-    return {s.server_id: s.rack for s in response.tablet_servers if s.HasField("rack")}
+    return (
+        {s.server_id: s.rack for s in described.tablet_servers if s.HasField("rack")},
+        {s.node_id: s.rack for s in metadata.tablet_servers if s.HasField("rack")},
+    )
 
 
 def test_a_cluster_from_server_yaml_files_alone_serves_pyfluss(
@@ -123,7 +129,7 @@ def test_a_cluster_from_server_yaml_files_alone_serves_pyfluss(
                 time.sleep(0.5)
         tablets = [(n.id, n.port) for n in nodes if n.server_type == "TabletServer"]
         assert tablets == [(7, tablet_port)]  # tablet-server.id and bind.listeners
-        assert asyncio.run(described_racks(coordinator_port)) == {7: "rack-a"}
+        assert asyncio.run(racks(coordinator_port)) == ({7: "rack-a"}, {7: "rack-a"})
 
         path = fluss.TablePath("fluss", "from_yaml")
         keyed = fluss.TablePath("fluss", "from_yaml_pk")

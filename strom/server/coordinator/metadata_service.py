@@ -330,7 +330,7 @@ class MetadataService:
         if (
             self.create_lake_table is not None
             and info.datalake_enabled
-            and not old.table_config.get(options.TABLE_DATALAKE_ENABLED)
+            and not table_lake_enabled(old.properties)
         ):
             # a table that turns lake-enabled gets its lake table before tiering can be scheduled
             await self.create_lake_table(info)
@@ -508,7 +508,11 @@ class MetadataService:
         for server in sorted(self.membership.servers.values(), key=lambda s: s.server_id):
             address = endpoint_on(listener, server.listeners, (server.host, server.port))
             if address is not None:
-                response.tablet_servers.add(node_id=server.server_id, host=address[0], port=address[1])
+                entry = response.tablet_servers.add(
+                    node_id=server.server_id, host=address[0], port=address[1]
+                )
+                if server.rack is not None:  # tablet-server.rack, as Fluss reports it
+                    entry.rack = server.rack
         for path_message in request.table_path:
             self._table_metadata(response.table_metadata, self._table(table_path_of(path_message)))
         for physical in request.partitions_path:
