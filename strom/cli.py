@@ -82,11 +82,6 @@ def main() -> None:
     """Strom: Apache Fluss rebuilt in Python."""
 
 
-def _server_config(config_file: Path | None, config_pairs: tuple[str, ...]) -> dict[str, str]:
-    """server.yaml first, then --config pairs over it."""
-    return {**(parse_config_file(config_file) if config_file else {}), **parse_config_pairs(config_pairs)}
-
-
 @main.command()
 @click.option("--host", default=None, help="Overrides bind.listeners (default 127.0.0.1).")
 @click.option("--port", default=None, type=int, help="Overrides bind.listeners (default 9123).")
@@ -115,10 +110,16 @@ def coordinator(
     from strom.server.coordinator.server import CoordinatorServer
 
     _setup_logging(log_level)
-    config = _server_config(config_file, config_pairs)
+    file_config = parse_config_file(config_file) if config_file else {}
     try:
         host, port, config = server_options.listen_address(
-            host, port, config, options.COORDINATOR_HOST, options.COORDINATOR_PORT, "127.0.0.1"
+            host,
+            port,
+            file_config,
+            parse_config_pairs(config_pairs),
+            options.COORDINATOR_HOST,
+            options.COORDINATOR_PORT,
+            "127.0.0.1",
         )
         directory = server_options.data_dir(data_dir, Configuration(config))
     except InvalidConfigError as e:
@@ -169,10 +170,16 @@ def tablet_server(
     from strom.server.tablet.server import TabletServer
 
     _setup_logging(log_level)
-    config = _server_config(config_file, config_pairs)
+    file_config = parse_config_file(config_file) if config_file else {}
     try:
         host, port, config = server_options.listen_address(
-            host, port, config, options.TABLET_SERVER_HOST, options.TABLET_SERVER_PORT, "127.0.0.1"
+            host,
+            port,
+            file_config,
+            parse_config_pairs(config_pairs),
+            options.TABLET_SERVER_HOST,
+            options.TABLET_SERVER_PORT,
+            "127.0.0.1",
         )
         directory = server_options.data_dir(data_dir, Configuration(config))
         server_id = server_options.tablet_server_id(server_id, Configuration(config))

@@ -9,6 +9,7 @@ half-way or the user pressed Ctrl-C. `cluster.json` is absent while the cluster 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -227,8 +228,6 @@ class LocalCluster:
         return [*self.coordinators, *self.tablet_servers, *([self.tiering] if self.tiering else [])]
 
     def _step(self, text: str) -> Any:
-        import contextlib
-
         return self._status(text) if self._status is not None else contextlib.nullcontext()
 
     def start(self) -> None:

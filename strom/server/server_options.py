@@ -100,23 +100,28 @@ def data_dir(flag: Path | None, config: Configuration) -> Path:
 def listen_address(
     host: str | None,
     port: int | None,
-    config: dict[str, str],
+    file_config: dict[str, str],
+    pairs: dict[str, str],
     host_option: options.ConfigOption[str],
     port_option: options.ConfigOption[str],
     default_host: str,
 ) -> tuple[str, int, dict[str, str]]:
-    """Where a server listens, and its configuration to pass on.
+    """Where a server listens, and its configuration to pass on (`pairs`, the --config ones, over
+    the file's).
 
-    `--host`/`--port` win: they replace the file's `bind.listeners` with one listener there. Without
-    them `bind.listeners` decides (ListenerSettings reads it), else Fluss's deprecated
-    `coordinator.host`/`.port` or `tablet-server.host`/`.port`, else the defaults.
+    `bind.listeners` given as --config decides. Otherwise `--host`/`--port` win: they replace the
+    file's `bind.listeners` with one listener there. Without them the file's `bind.listeners` decides
+    (ListenerSettings reads it), else Fluss's deprecated `coordinator.host`/`.port` or
+    `tablet-server.host`/`.port`, else the defaults.
     """
+    config = {**file_config, **pairs}
     conf = Configuration(config)
-    if host is None and port is None and conf.contains(options.BIND_LISTENERS):
+    flags = host is not None or port is not None
+    if conf.contains(options.BIND_LISTENERS) and (options.BIND_LISTENERS.key in pairs or not flags):
         # bind.listeners names the addresses; the first one's host is where metrics bind too
         endpoints = parse_endpoints(conf.get(options.BIND_LISTENERS) or "")
         return (endpoints[0].host if endpoints else default_host), 0, config
-    if host is not None or port is not None:
+    if flags:
         config = {k: v for k, v in config.items() if k != options.BIND_LISTENERS.key}
     resolved_host = host if host is not None else (conf.get_optional(host_option) or default_host)
     raw_port = str(port) if port is not None else conf.get(port_option)

@@ -17,10 +17,10 @@ from strom.server.local_cluster import LocalClusterSettings, chosen_lake_format
 
 
 def tablet_address(
-    host: str | None, port: int | None, config: dict[str, str]
+    host: str | None, port: int | None, config: dict[str, str], pairs: dict[str, str] | None = None
 ) -> tuple[str, int, dict[str, str]]:
     return server_options.listen_address(
-        host, port, config, options.TABLET_SERVER_HOST, options.TABLET_SERVER_PORT, "127.0.0.1"
+        host, port, config, pairs or {}, options.TABLET_SERVER_HOST, options.TABLET_SERVER_PORT, "127.0.0.1"
     )
 
 
@@ -30,6 +30,10 @@ def test_bind_listeners_from_the_file_unless_flags_override_them() -> None:
     assert host == "10.0.0.5" and config["bind.listeners"] == "FLUSS://10.0.0.5:9124"
     host, port, config = tablet_address("127.0.0.1", 0, file)
     assert (host, port) == ("127.0.0.1", 0) and "bind.listeners" not in config
+    # bind.listeners as --config is as explicit as the flags, and names more: it decides
+    listeners = {"bind.listeners": "INTERNAL://127.0.0.1:9130,CLIENT://127.0.0.1:9131"}
+    host, _, config = tablet_address("127.0.0.1", 9130, file, listeners)
+    assert config["bind.listeners"] == listeners["bind.listeners"]
 
 
 def test_deprecated_host_and_port_keys_apply_without_bind_listeners() -> None:
@@ -39,7 +43,7 @@ def test_deprecated_host_and_port_keys_apply_without_bind_listeners() -> None:
     host, port, _ = tablet_address(None, 9300, {"tablet-server.port": "9200"})
     assert (host, port) == ("127.0.0.1", 9300)
     _, port, _ = server_options.listen_address(
-        None, None, {}, options.COORDINATOR_HOST, options.COORDINATOR_PORT, "127.0.0.1"
+        None, None, {}, {}, options.COORDINATOR_HOST, options.COORDINATOR_PORT, "127.0.0.1"
     )
     assert port == 9123  # Fluss's coordinator port
     with pytest.raises(InvalidConfigError, match=r"tablet-server\.port"):
