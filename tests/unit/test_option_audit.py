@@ -3,7 +3,8 @@ code (its syntax tree), not the docs.
 
 A server, table or connector option counts as read where code inside a function or method of another
 module names its constant (`options.DATA_DIR`, `cfg.TABLE_LOG_TTL`, ...) or its exact key string. A
-client option counts as read where code reads the `ClientConfig` field it fills (`config.writer_acks`).
+client option counts as read where client-side code (`strom/client`, `strom/spark`, `strom/commands`)
+reads the `ClientConfig` field it fills (`config.writer_acks`).
 Module-level catalogues (`SERVER_OPTIONS`, `_OPTIONS`, frozensets of alterable keys), docstrings and
 the declaring module itself do not count: a list that names an option does not honour it. An option
 nothing reads must be in `config.ACCEPTED_WITHOUT_EFFECT`, whose options a starting server names in a
@@ -29,6 +30,8 @@ from strom.server.server_options import check_server_config
 ROOT = Path(__file__).resolve().parents[2]
 STROM = ROOT / "strom"
 DECLARING = frozenset({STROM / "common" / "config.py", STROM / "client" / "config.py"})
+# where ClientConfig fields are read; a server's `zk.client_id` is no reading of `client.id`
+CLIENT_SIDE = (STROM / "client", STROM / "spark", STROM / "commands")
 
 Uses = dict[str, list[tuple[Path, str]]]
 
@@ -91,9 +94,11 @@ def code_references(package: Path) -> tuple[Uses, Uses, Uses]:
     return names, strings, attributes
 
 
-def readers(package: Path, declaring: frozenset[Path], fields: dict[str, str]) -> dict[str, list[str]]:
+def readers(
+    package: Path, declaring: frozenset[Path], fields: dict[str, str], client_side: tuple[Path, ...]
+) -> dict[str, list[str]]:
     """Every declared option's key -> where code reads it (empty: nothing does). `fields` maps a client
-    option's key to the ClientConfig field it fills."""
+    option's key to the ClientConfig field it fills, read in the `client_side` directories."""
     names, strings, attributes = code_references(package)
     result: dict[str, list[str]] = {}
     for option in declared_options(declaring):
@@ -104,7 +109,11 @@ def readers(package: Path, declaring: frozenset[Path], fields: dict[str, str]) -
         ]
         field = fields.get(option.key)
         if field is not None:
-            found += [where for path, where in attributes.get(field, []) if path not in declaring]
+            found += [
+                where
+                for path, where in attributes.get(field, [])
+                if path not in declaring and any(path.is_relative_to(d) for d in client_side)
+            ]
         result[option.key] = sorted(set(found))
     return result
 
@@ -112,7 +121,7 @@ def readers(package: Path, declaring: frozenset[Path], fields: dict[str, str]) -
 @functools.cache
 def strom_readers() -> dict[str, list[str]]:
     fields = {option.key: field for field, option in client_config._OPTIONS.items()}
-    return readers(STROM, DECLARING, fields)
+    return readers(STROM, DECLARING, fields, CLIENT_SIDE)
 
 
 # Client options whose ClientConfig field nothing reads yet: the client half of issue 22 makes them
@@ -121,6 +130,7 @@ CLIENT_OPTIONS_NOT_YET_READ = frozenset(
     {
         "client.filesystem.security.token.renewal.backoff",
         "client.filesystem.security.token.renewal.time-ratio",
+        "client.id",
         "client.lookup.queue-size",
         "client.metrics.enabled",
         "client.scanner.log.read-preference",
@@ -199,7 +209,7 @@ def test_the_audit_tells_a_read_option_from_a_listed_one(tmp_path: Path) -> None
     declaring = package / "options.py"
     declaring.write_text(AUDITED_OPTIONS)
     (package / "user.py").write_text(AUDITED_USER)
-    found = readers(package, frozenset({declaring}), {"client.e": "e_field"})
+    found = readers(package, frozenset({declaring}), {"client.e": "e_field"}, (package,))
     assert found == {
         "a.key": ["pkg/user.py:9"],
         "b.key": [],
