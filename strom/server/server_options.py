@@ -102,7 +102,7 @@ def listen_address(
     port: int | None,
     file_config: dict[str, str],
     pairs: dict[str, str],
-    host_option: options.ConfigOption[str],
+    host_option: options.ConfigOption[str | None],
     port_option: options.ConfigOption[str],
     default_host: str,
 ) -> tuple[str, int, dict[str, str]]:
@@ -123,7 +123,7 @@ def listen_address(
         return (endpoints[0].host if endpoints else default_host), 0, config
     if flags:
         config = {k: v for k, v in config.items() if k != options.BIND_LISTENERS.key}
-    resolved_host = host if host is not None else (conf.get_optional(host_option) or default_host)
+    resolved_host = host if host is not None else (conf.get(host_option) or default_host)
     raw_port = str(port) if port is not None else conf.get(port_option)
     try:
         resolved_port = int(str(raw_port).strip())
