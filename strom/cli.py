@@ -389,6 +389,7 @@ def local(
     from rich.console import Console
 
     from strom.server.local_cluster import LocalCluster, LocalClusterError, LocalClusterSettings, port_in_use
+    from strom.server.server_options import unknown_key_warnings
 
     busy = port_in_use(host, port)
     if busy is not None:
@@ -400,6 +401,8 @@ def local(
     if coordinators > 1 and not with_zookeeper and "zookeeper.address" not in user_config:
         raise click.UsageError("several coordinators need ZooKeeper: add --zookeeper")
     console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
+    for message in unknown_key_warnings(user_config):  # each server logs it too, but who reads those
+        console.print(f"[yellow]{message}[/yellow]")
     cluster = LocalCluster(
         LocalClusterSettings(
             data_dir=data_dir.resolve(),
