@@ -276,9 +276,10 @@ class FaultCluster:
         (self.base_dir / "lake").mkdir(exist_ok=True)
         self.net.create()
         self.agent = Agent(self.host("client"), self.logs / "agent.log")
-        self.zookeeper = ZooKeeperHost(self.host("zk"), self.base_dir / "zk", self.logs / "zk.log")
-        self.zookeeper.start()
-        wait_until(lambda: self.call("zk_ok", address=self.zookeeper.address), 60, "ZooKeeper")  # type: ignore[union-attr]
+        zookeeper = ZooKeeperHost(self.host("zk"), self.base_dir / "zk", self.logs / "zk.log")
+        self.zookeeper = zookeeper
+        zookeeper.start()
+        wait_until(lambda: self.call("zk_ok", address=zookeeper.address), 60, "ZooKeeper")
         config = self.config()
         for name in self.net.hosts:
             if name.startswith("coordinator"):
@@ -296,7 +297,7 @@ class FaultCluster:
         for server in self.servers.values():
             server.start()
         for name in list(self.servers):
-            wait_until(lambda n=name: self.serving(n), 60, f"{name} serving")  # type: ignore[misc]
+            wait_until(lambda n=name: self.serving(n), 60, f"{name} serving")
         for server_id in self.tablet_server_ids:
             name = f"tablet-server-{server_id}"
             data_dir = self.base_dir / name / "data"
