@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 
 from faults.campaign import Settings, run
 from faults.nemesis import KINDS
+from faults.netbed import PREFIX
 from strom.server.zookeeper.local_server import zookeeper_installed
 
 pytestmark = pytest.mark.skipif(
@@ -27,6 +29,14 @@ def test_every_nemesis_kind_once_loses_nothing(tmp_path: Path) -> None:
     outcome = run(settings)
     print(outcome.table())
     print(f"campaign took {time.monotonic() - began:.0f} s")
+    # the bed took down what it made: namespaces, mounts (its processes live in those namespaces)
+    ours = [
+        n
+        for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+        if n.startswith(f"{PREFIX}{os.getpid()}-")
+    ]
+    assert ours == []
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
     check = outcome.check
     assert check.valid, check.anomalies
     assert (check.lost, check.duplicated, check.divergent) == (0, 0, 0)
