@@ -49,4 +49,5 @@ def test_every_nemesis_kind_once_loses_nothing(tmp_path: Path) -> None:
     # rolling restarts as today: not one write fails, and writes keep being acknowledged
     rolling = next(r for r in outcome.rounds if r.kind == "rolling_restart")
     assert rolling.unknown == 0, rolling
-    assert rolling.max_write_gap_s < 5.0, rolling
+    # about 0.3 s; 2 s (log.replica.max-lag-time in the bed) when a stopped server is let back into an ISR
+    assert rolling.max_write_gap_s < 1.5, rolling
