@@ -1013,6 +1013,13 @@ TABLE_STATISTICS_COLUMNS: ConfigOption[str] = ConfigOption(
     "Columns whose min/max/null counts each log batch carries: '*' or a comma-separated list. Log "
     "tables only; makes clients write V1 batches.",
 )
+TABLE_UNCLEAN_LEADER_ELECTION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.unclean.leader.election.enabled",
+    bool,
+    False,
+    "Strom-only (Kafka's unclean.leader.election.enable): when no replica known to hold every "
+    "acknowledged record is live, elect any live replica at once instead of waiting, accepting the loss.",
+)
 
 TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
     [
@@ -1046,6 +1053,7 @@ TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLE_AUTO_INCREMENT_CACHE_SIZE,
         TABLE_CHANGELOG_IMAGE,
         TABLE_STATISTICS_COLUMNS,
+        TABLE_UNCLEAN_LEADER_ELECTION_ENABLED,
     ]
 )
 
@@ -1064,6 +1072,7 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         TABLE_AUTO_PARTITION_NUM_PRECREATE.key,
         TABLE_STATISTICS_COLUMNS.key,
         TABLE_KV_STANDBY_REPLICA_ENABLED.key,
+        TABLE_UNCLEAN_LEADER_ELECTION_ENABLED.key,
     }
 )
 

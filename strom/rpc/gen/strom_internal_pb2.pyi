@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterTabletServerRequest(_message.Message):
-    __slots__ = ("server_id", "host", "port", "rack", "incarnation", "listeners")
+    __slots__ = ("server_id", "host", "port", "rack", "incarnation", "listeners", "unclean_shutdown")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     server_id: int
     host: str
     port: int
     rack: str
     incarnation: int
     listeners: str
-    def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[int] = ..., listeners: _Optional[str] = ...) -> None: ...
+    unclean_shutdown: bool
+    def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[int] = ..., listeners: _Optional[str] = ..., unclean_shutdown: bool = ...) -> None: ...
 
 class RegisterTabletServerResponse(_message.Message):
     __slots__ = ("coordinator_epoch", "session_id", "session_timeout_ms")

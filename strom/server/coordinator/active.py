@@ -43,6 +43,9 @@ from strom.server.store.base import MetadataStore, TableRecord
 
 log = logging.getLogger(__name__)
 
+# per tablet server, the process (incarnation) whose unclean start the controller already acted on
+_UNCLEAN_STARTS = "unclean-starts/"
+
 # Every API the coordinator serves, and which part of the active coordinator answers it. A standby
 # coordinator advertises the same keys and forwards them to the active one.
 HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
@@ -112,7 +115,14 @@ class ActiveCoordinator:
         self.pool = pool
         self.coordinator_epoch = store.bump_coordinator_epoch()
         self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
-        self.controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
+        self.controller = Controller(
+            store,
+            self.membership,
+            pool,
+            self.coordinator_epoch,
+            node,
+            min_isr=self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+        )
         self.failure_detector = FailureDetector(self._confirmed_dead)
         self.liveness = liveness(self)
         self.metadata = MetadataService(store, self.config, self.membership, self.controller, node)
@@ -169,19 +179,30 @@ class ActiveCoordinator:
 
     # ---- tablet servers coming and going (called by the liveness source and the failure detector)
 
-    async def server_registered(self, server: LiveServer, restarted: bool) -> None:
+    async def server_registered(
+        self, server: LiveServer, restarted: bool, unclean_start: int | None = None
+    ) -> None:
+        """`unclean_start`: the id of the server process when it started after an unclean shutdown
+        (it re-registers with the same id after a coordinator failover: acted on once)."""
+        unclean = False
+        if unclean_start is not None:
+            key = f"{_UNCLEAN_STARTS}{server.server_id:010d}"
+            unclean = self.store.get_document(key) != str(unclean_start).encode()
         log.info(
-            "tablet server %d registered at %s:%d%s",
+            "tablet server %d registered at %s:%d%s%s",
             server.server_id,
             server.host,
             server.port,
             " (restarted)" if restarted else "",
+            " after an unclean shutdown" if unclean else "",
         )
         if restarted:
             # A new process of a known id lost whatever its predecessor led: move that first.
             await self.controller.on_servers_dead({server.server_id}, still_registered=True)
         self.failure_detector.watch(server)
-        await self.controller.on_server_registered(server.server_id)
+        await self.controller.on_server_registered(server.server_id, unclean=unclean)
+        if unclean:
+            self.store.put_document(key, str(unclean_start).encode())
 
     async def servers_dead(self, servers: list[LiveServer]) -> None:
         """These servers (already out of the membership) are gone: move their leadership."""

@@ -9,6 +9,8 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from strom.common import config as options
+from strom.common.config import Configuration
 from strom.common.errors import (
     FencedLeaderEpochError,
     FlussError,
@@ -17,9 +19,11 @@ from strom.common.errors import (
     UnknownTableOrBucketError,
 )
 from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
 from strom.server.coordinator.membership import Membership
 from strom.server.store.base import BucketAssignment, MetadataStore
 
@@ -62,12 +66,17 @@ class Controller:
         pool: ConnectionPool,
         coordinator_epoch: int,
         coordinator_node: pb.PbServerNode,
+        min_isr: int = 1,
     ) -> None:
         self.store = store
         self.membership = membership
         self.pool = pool
         self.coordinator_epoch = coordinator_epoch
         self.coordinator_node = coordinator_node
+        # `log.replica.min-in-sync-replicas-number`: below it, replicas leaving the ISR join the ELR
+        self.min_isr = min_isr
+        # leaders elected that may have lost acknowledged records (unclean or last-resort elections)
+        self.unclean_elections = 0
         # held while reading and writing assignments, so leadership, ISR and rebalance steps do not race
         self.lock = asyncio.Lock()
         # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
@@ -166,37 +175,39 @@ class Controller:
 
     # ---- membership events
 
-    async def on_server_registered(self, server_id: int) -> None:
-        """Give a (re)joining server leadership of its leaderless buckets, and tell it all its replicas."""
+    async def on_server_registered(self, server_id: int, unclean: bool = False) -> None:
+        """Elect leaders of the (re)joining server's leaderless buckets, and tell it all its replicas.
+
+        `unclean`: this process started after an unclean shutdown, so its replicas may have lost their
+        unflushed tails; they are no longer eligible to lead (KIP-966) until they rejoin the ISR.
+        """
         async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
+            live = set(self.membership.servers)
             for a in self.store.list_buckets():
                 if server_id not in a.replicas:
                     continue
-                if a.leader is None and (server_id in a.isr or not a.isr):
-                    a = BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        server_id,
-                        a.leader_epoch + 1,
-                        a.isr or (server_id,),
-                        a.bucket_epoch,
-                    )
+                before = a
+                if unclean:
+                    a = forget_unclean(a, server_id)
+                if a.leader is None:
+                    a, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
+                    self._count(a, kind)
+                if a != before:
                     changed.append(a)
                 hosted.append(a)
             if changed:
                 self.store.put_buckets(changed)
-                log.info("server %d leads %d leaderless bucket(s) again", server_id, len(changed))
+                log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
         # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
         # learns its tables' current schemas before it leads or follows them again.
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
     async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
-        """Move leadership away from dead servers to live ISR members (or leave the bucket offline).
+        """Move leadership away from dead servers to live eligible replicas (or leave the bucket
+        waiting for one); dead followers leave the ISR.
 
         `still_registered`: the ids are registered again already (restarted processes), so they get
         the new leadership too, as followers.
@@ -205,46 +216,64 @@ class Controller:
             live = set(self.membership.servers) - server_ids
             changed: list[BucketAssignment] = []
             for a in self.store.list_buckets():
-                if a.leader not in server_ids:
-                    if a.leader is not None and set(a.isr) & server_ids:
-                        # a dead follower leaves the ISR at once, so acks=all writes do not wait for it
-                        isr = tuple(r for r in a.isr if r not in server_ids)
-                        changed.append(
-                            BucketAssignment(
-                                a.table_id,
-                                a.partition_id,
-                                a.bucket_id,
-                                a.replicas,
-                                a.leader,
-                                a.leader_epoch,
-                                isr,
-                                a.bucket_epoch + 1,
-                            )
-                        )
+                if a.leader not in server_ids and not set(a.isr) & server_ids:
                     continue
-                candidates = [r for r in a.replicas if r in a.isr and r in live]
-                new_leader = candidates[0] if candidates else None
-                # Keep the dead leader in the ISR when nobody else is left (Kafka does the same), so it
-                # can lead again on return without losing acknowledged writes.
-                new_isr = tuple(r for r in a.isr if r not in server_ids) or a.isr
-                changed.append(
-                    BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        new_leader,
-                        a.leader_epoch + 1,
-                        new_isr,
-                        a.bucket_epoch,
-                    )
-                )
+                new, kind = elect(a, server_ids, live, self.min_isr, self._unclean_allowed(a.table_id))
+                self._count(new, kind)
+                if new != a:
+                    changed.append(new)
             if changed:
                 self.store.put_buckets(changed)
-                log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
+                log.info(
+                    "servers %s gone: %d bucket(s) changed leadership or ISR",
+                    sorted(server_ids),
+                    len(changed),
+                )
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
+
+    def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
+        def allowed() -> bool:
+            table = self.store.get_table_by_id(table_id)
+            if table is None:
+                return False
+            properties = TableDescriptor.from_json_bytes(table.table_json).properties
+            return bool(Configuration(properties).get(options.TABLE_UNCLEAN_LEADER_ELECTION_ENABLED))
+
+        return allowed
+
+    def _count(self, a: BucketAssignment, kind: Election) -> None:
+        where = f"table {a.table_id} bucket {a.bucket_id}" + (
+            "" if a.partition_id is None else f" (partition {a.partition_id})"
+        )
+        if kind is Election.UNCLEAN:
+            self.unclean_elections += 1
+            log.error(
+                "UNCLEAN LEADER ELECTION of %s: no eligible replica is live and "
+                "table.unclean.leader.election.enabled is set, so server %s leads; acknowledged records "
+                "it lost are gone for good",
+                where,
+                a.leader,
+            )
+        elif kind is Election.LAST_RESORT:
+            self.unclean_elections += 1
+            log.error(
+                "every replica of %s restarted after an unclean shutdown and none is eligible: server %s "
+                "leads; records acknowledged after its last fsync may be lost",
+                where,
+                a.leader,
+            )
+        elif kind is Election.ELR:
+            log.warning("%s: no ISR member is live; eligible leader replica %s leads", where, a.leader)
+        elif kind is Election.WAITING:
+            log.warning(
+                "%s waits for an eligible replica (ISR %s, ELR %s) to come back; none of the live "
+                "replicas is known to hold every acknowledged record",
+                where,
+                list(a.isr),
+                list(a.elr),
+            )
 
     async def adjust_isr(self, request: pb.AdjustIsrRequest, ctx: object) -> pb.AdjustIsrResponse:
         """A leader proposes a new ISR; accepted when its leader and bucket epochs are current."""
@@ -284,16 +313,7 @@ class Controller:
                         result.error_message = error.message
                         continue
                     assert a is not None
-                    a = BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        a.leader,
-                        a.leader_epoch,
-                        new_isr,
-                        a.bucket_epoch + 1,
-                    )
+                    a = change_isr(a, new_isr, self.min_isr)
                     accepted.append(a)
                     result.leader_id = a.leader
                     result.leader_epoch = a.leader_epoch
@@ -304,11 +324,12 @@ class Controller:
                 self.store.put_buckets(accepted)
                 for a in accepted:
                     log.info(
-                        "ISR of table %d bucket %d (partition %s) is now %s",
+                        "ISR of table %d bucket %d (partition %s) is now %s (ELR %s)",
                         a.table_id,
                         a.bucket_id,
                         a.partition_id,
                         list(a.isr),
+                        list(a.elr),
                     )
         return response
 

@@ -38,6 +38,7 @@ from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.tablet.acl_sync import AclSync
+from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
@@ -87,6 +88,7 @@ class TabletServer:
         self.coordinator = coordinator
         self.config = Configuration(config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
+        self.clean_shutdown = CleanShutdown(data_dir)
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -214,6 +216,8 @@ class TabletServer:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything is written: from here on a crash must look unclean
+        await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
         asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
         await self.rpc.start()
@@ -250,6 +254,8 @@ class TabletServer:
         await self.pool.close()
         self.kv_manager.close()
         self.replica_manager.close()
+        # only now is everything on disk: the next start may trust its replicas
+        self.clean_shutdown.record()
         if self.metrics_server is not None:
             self.metrics_server.close()
 
@@ -636,6 +642,7 @@ class TabletServer:
             port=node.port,
             incarnation=self.incarnation,
             listeners=node.listeners,
+            unclean_shutdown=self.clean_shutdown.unclean,
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:

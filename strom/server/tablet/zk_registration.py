@@ -82,7 +82,12 @@ class ZooKeeperRegistration:
         path = self.paths.server_id(server.server_id)
         node = server.rpc.describe(server.server_id)
         registration = layout.tablet_server_registration(
-            node.host, node.port, None, int(time.time() * 1000), node.listeners
+            node.host,
+            node.port,
+            None,
+            int(time.time() * 1000),
+            node.listeners,
+            server.incarnation if server.clean_shutdown.unclean else None,
         )
         internal = server.rpc.listeners.internal
         deadline = time.monotonic() + session_timeout(server.config) + 5

@@ -1,0 +1,155 @@
+"""Eligible leader replicas (KIP-966) on a real cluster: acknowledged records survive when the replicas
+that kept them are paused while the others lose their unflushed tails in a power cut.
+
+The ordering that made the controller lose acknowledged records before ELR (RF 3, min ISR 2, acks=all):
+1. every replica holds the acknowledged records; none of them is fsynced yet;
+2. C is paused (SIGSTOP); A, the leader, loses power: B leads with ISR {B, C};
+3. C's session expires: the ISR shrinks to {B}, below the minimum, so no acks=all write commits;
+4. B loses power: the bucket has no leader, B stays its last ISR member;
+5. A and B come back without their unflushed tails; B, "in the ISR", led with an empty log;
+6. C resumes and followed B: it truncated the records only it still had.
+With ELR, C joined the eligible leader replicas in step 3; A and B register after an unclean shutdown and
+are not eligible, so the bucket waits for C in step 5 and C leads in step 6: nothing is lost.
+
+The power cut is emulated: SIGKILL, then the data directory goes back to a copy taken before the writes
+(nothing was fsynced since: `log.flush.interval-messages` is unset), which is what a power cut keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import fluss
+import pyarrow as pa
+import pytest
+from harness import Cluster
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
+CONFIG = {
+    "log.replica.min-in-sync-replicas-number": "2",
+    "log.replica.max-lag-time": "2s",
+    "log.replica.fetch.wait-max-time": "200ms",
+}
+TABLE = fluss.TablePath("fluss", "acked")
+ROWS = 500
+
+
+def bucket_state(cluster: Cluster) -> dict[str, Any]:
+    """Leader, replicas, ISR and ELR of the table's only bucket, from the coordinator's store."""
+    db = sqlite3.connect(cluster.coordinator.data_dir / "metadata.db")
+    try:
+        db.row_factory = sqlite3.Row
+        row = db.execute("SELECT * FROM buckets").fetchone()
+    finally:
+        db.close()
+    return {
+        "leader": row["leader"],
+        "replicas": json.loads(row["replicas"]),
+        "isr": json.loads(row["isr"]),
+        "elr": json.loads(row["elr"]),
+    }
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def pyfluss(cluster: Cluster, body: Any) -> Any:
+    async def main() -> Any:
+        config = fluss.Config({"bootstrap.servers": cluster.bootstrap})
+        connection = await fluss.FlussConnection.create(config)
+        try:
+            return await asyncio.wait_for(body(connection), 60)
+        finally:
+            await connection.close()
+
+    return asyncio.run(main())
+
+
+def power_cut(cluster: Cluster, server_id: int, kept: Path) -> None:
+    """SIGKILL, and what was not fsynced is gone: the data directory as it was when `kept` was copied."""
+    server = cluster.tablet_servers[server_id]
+    server.kill()
+    shutil.rmtree(server.data_dir)
+    shutil.copytree(kept, server.data_dir)
+
+
+@pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election"])
+def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_third_is_paused(
+    cluster_factory: Any, tmp_path: Path, unclean: bool
+) -> None:
+    cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
+    properties = {"table.replication.factor": "3"}
+    if unclean:
+        properties["table.unclean.leader.election.enabled"] = "true"
+
+    async def create(connection: Any) -> None:
+        descriptor = fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
+        await connection.get_admin().create_table(TABLE, descriptor)
+
+    pyfluss(cluster, create)
+    wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "a full ISR")
+    a, b, c = bucket_state(cluster)["replicas"]  # a leads; b is next in line
+    kept = {s: tmp_path / f"kept-{s}" for s in (a, b)}
+    for s, path in kept.items():
+        shutil.copytree(cluster.tablet_servers[s].data_dir, path)
+
+    async def write(connection: Any) -> None:
+        table = await connection.get_table(TABLE)
+        writer = table.new_append().create_writer()  # acks=all
+        writer.write_arrow(pa.table({"id": range(ROWS), "v": [f"v{i}" for i in range(ROWS)]}, SCHEMA))
+        await writer.flush()
+
+    pyfluss(cluster, write)
+    assert sorted(bucket_state(cluster)["isr"]) == sorted([a, b, c])  # all three hold every row
+
+    paused = cluster.tablet_servers[c].pid
+    assert paused is not None
+    os.kill(paused, signal.SIGSTOP)
+    try:
+        power_cut(cluster, a, kept[a])
+        wait_for(lambda: bucket_state(cluster)["leader"] == b, "B leading")
+        wait_for(lambda: bucket_state(cluster)["isr"] == [b], "the paused C leaving the ISR")
+        if not unclean:
+            assert bucket_state(cluster)["elr"] == [c]
+        power_cut(cluster, b, kept[b])
+        wait_for(lambda: bucket_state(cluster)["leader"] is None, "no leader")
+        cluster.start_tablet_server(a)
+        cluster.start_tablet_server(b)
+        if unclean:
+            wait_for(lambda: bucket_state(cluster)["leader"] in (a, b), "an unclean leader")
+        else:
+            time.sleep(1.0)  # the coordinator has had its chance to elect a replica that lost data
+            state = bucket_state(cluster)
+            assert (state["leader"], state["isr"], state["elr"]) == (None, [], [c])
+    finally:
+        os.kill(paused, signal.SIGCONT)
+    cluster.wait_for_tablet_servers({a, b, c})
+    wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "every replica back in the ISR", timeout=30)
+    if not unclean:
+        assert bucket_state(cluster)["leader"] == c
+
+    async def read(connection: Any) -> list[int]:
+        table = await connection.get_table(TABLE)
+        scanner = await table.new_scan().create_record_batch_log_scanner()
+        scanner.subscribe_buckets({0: fluss.EARLIEST_OFFSET})
+        return sorted((await scanner.to_arrow()).column("id").to_pylist())
+
+    ids = pyfluss(cluster, read)
+    if unclean:
+        # availability first, as the table asked: the acknowledged records are gone, and the log says so
+        assert ids == []
+        assert "UNCLEAN LEADER ELECTION" in cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+    else:
+        assert ids == list(range(ROWS))
