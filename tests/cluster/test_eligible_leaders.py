@@ -20,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +34,15 @@ import pyarrow as pa
 import pytest
 from harness import Cluster
 
+from strom.client import Connection
+
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 CONFIG = {
     "log.replica.min-in-sync-replicas-number": "2",
     "log.replica.max-lag-time": "2s",
     "log.replica.fetch.wait-max-time": "200ms",
+    "metrics.reporters": "prometheus",
+    "metrics.reporter.prometheus.port": "0",
 }
 TABLE = fluss.TablePath("fluss", "acked")
 ROWS = 500
@@ -75,6 +81,19 @@ def pyfluss(cluster: Cluster, body: Any) -> Any:
             await connection.close()
 
     return asyncio.run(main())
+
+
+def coordinator_metric(cluster: Cluster, name: str) -> float:
+    log = cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+    port = re.findall(r"Prometheus metrics on http://[^:]+:(\d+)/metrics", log)[-1]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return float(re.search(rf"^fluss_coordinator_{name} (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+
+
+async def describe_buckets(cluster: Cluster) -> list[Any]:
+    async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as connection:
+        status = await connection.get_admin().describe_cluster()
+    return [b for t in status.tables if t.name == TABLE.table_name for b in t.buckets]
 
 
 def power_cut(cluster: Cluster, server_id: int, kept: Path) -> None:
@@ -133,6 +152,8 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
             time.sleep(1.0)  # the coordinator has had its chance to elect a replica that lost data
             state = bucket_state(cluster)
             assert (state["leader"], state["isr"], state["elr"]) == (None, [], [c])
+            (shown,) = asyncio.run(describe_buckets(cluster))  # what `strom status` shows
+            assert (shown.leader, shown.isr, shown.elr) == (None, [], [c])
     finally:
         os.kill(paused, signal.SIGCONT)
     cluster.wait_for_tablet_servers({a, b, c})
@@ -151,5 +172,10 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
         # availability first, as the table asked: the acknowledged records are gone, and the log says so
         assert ids == []
         assert "UNCLEAN LEADER ELECTION" in cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+        wait_for(lambda: coordinator_metric(cluster, "uncleanLeaderElectionCount") == 1, "the metric")
     else:
         assert ids == list(range(ROWS))
+        wait_for(
+            lambda: coordinator_metric(cluster, "electionFromEligibleLeaderReplicasCount") == 1, "the metric"
+        )
+        assert coordinator_metric(cluster, "uncleanLeaderElectionCount") == 0

@@ -169,7 +169,7 @@ class StatusTable(_message.Message):
     def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ...) -> None: ...
 
 class StatusBucket(_message.Message):
-    __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id")
+    __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id", "elr")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,7 @@ class StatusBucket(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     BUCKET_EPOCH_FIELD_NUMBER: _ClassVar[int]
     KV_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ELR_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     partition_id: int
     partition_name: str
@@ -190,7 +191,8 @@ class StatusBucket(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     bucket_epoch: int
     kv_snapshot_id: int
-    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., partition_name: _Optional[str] = ..., bucket_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., bucket_epoch: _Optional[int] = ..., kv_snapshot_id: _Optional[int] = ...) -> None: ...
+    elr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., partition_name: _Optional[str] = ..., bucket_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., bucket_epoch: _Optional[int] = ..., kv_snapshot_id: _Optional[int] = ..., elr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatusLake(_message.Message):
     __slots__ = ("table_id", "snapshot_id", "committed_time", "offsets")

@@ -77,6 +77,8 @@ class Controller:
         self.min_isr = min_isr
         # leaders elected that may have lost acknowledged records (unclean or last-resort elections)
         self.unclean_elections = 0
+        # leaders elected from the ELR (no ISR member was live)
+        self.elr_elections = 0
         # held while reading and writing assignments, so leadership, ISR and rebalance steps do not race
         self.lock = asyncio.Lock()
         # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
@@ -116,7 +118,37 @@ class Controller:
     async def notify_leadership(
         self, assignments: Iterable[BucketAssignment], only_servers: set[int] | None = None
     ) -> None:
-        """Tell every live replica of these buckets who leads them now."""
+        """Tell every live replica of these buckets who leads them now.
+
+        What is sent is the store's state at the moment of sending, not the caller's copy: callers await
+        other pushes first (a paused server holds them for NOTIFY_TIMEOUT), and a stale leadership that
+        reaches a server restarted meanwhile has nothing newer to be fenced by. A restarted replica that
+        lost its tail then led an old epoch with an empty log, and the replica that kept the records
+        truncated to it (tests/cluster/test_eligible_leaders.py).
+        """
+        keys = {a.key for a in assignments}
+        by_server = self._leadership_requests(self._current(keys), only_servers)
+        # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
+        # usually find it already leading; a leader that does not answer in time does not hold them up.
+        leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
+        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
+        if first:
+            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+            by_server = self._leadership_requests(self._current(keys), only_servers)  # fresh again
+        await asyncio.gather(
+            *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
+        )
+
+    def _current(self, keys: set[tuple[int, int | None, int]]) -> list[BucketAssignment]:
+        """The stored state of these buckets (dropped ones left out)."""
+        found: list[BucketAssignment] = []
+        for table_id in {k[0] for k in keys}:
+            found.extend(a for a in self.store.list_buckets(table_id) if a.key in keys)
+        return found
+
+    def _leadership_requests(
+        self, assignments: Iterable[BucketAssignment], only_servers: set[int] | None
+    ) -> dict[int, pb.NotifyLeaderAndIsrRequest]:
         by_server: dict[int, pb.NotifyLeaderAndIsrRequest] = {}
         for a in assignments:
             if a.leader is None:
@@ -139,15 +171,7 @@ class Controller:
                 )
                 entry.physical_table_path.CopyFrom(path)
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
-        # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
-        # usually find it already leading; a leader that does not answer in time does not hold them up.
-        leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
-        if first:
-            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
-        await asyncio.gather(
-            *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
-        )
+        return by_server
 
     async def stop_replicas(self, assignments: Iterable[BucketAssignment], delete: bool) -> None:
         by_server: dict[int, pb.StopReplicaRequest] = defaultdict(
@@ -265,6 +289,7 @@ class Controller:
                 a.leader,
             )
         elif kind is Election.ELR:
+            self.elr_elections += 1
             log.warning("%s: no ISR member is live; eligible leader replica %s leads", where, a.leader)
         elif kind is Election.WAITING:
             log.warning(
