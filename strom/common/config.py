@@ -622,7 +622,9 @@ LOG_FLUSH_INTERVAL_MESSAGES: ConfigOption[int] = ConfigOption(
     "log.flush.interval-messages",
     int,
     _MAX_INT64,
-    "Messages appended before the log is fsynced; by default durability comes from replication.",
+    "Records appended before the log is fsynced, on the leader and on followers, before the write is "
+    "acknowledged: 1 makes acknowledged writes survive a power cut of every replica (at a cost, see "
+    "docs/performance.md). By default durability comes from replication.",
 )
 LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "log.flush.offset.checkpoint-interval",
@@ -652,7 +654,8 @@ LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER: ConfigOption[int] = ConfigOption(
     "log.replica.min-in-sync-replicas-number",
     int,
     1,
-    "Fewest in-sync replicas an acks=all write needs; fewer fails with NOT_ENOUGH_REPLICAS.",
+    "Fewest in-sync replicas an acks=all write needs; fewer fails with NOT_ENOUGH_REPLICAS. Replicas that "
+    "leave an ISR below it stay eligible to lead (KIP-966): set it alike on the coordinator.",
 )
 LOG_REPLICA_FETCH_MAX_BYTES: ConfigOption[MemorySize] = ConfigOption(
     "log.replica.fetch.max-bytes", MemorySize, MemorySize(16 << 20), "Most bytes one follower fetch returns."

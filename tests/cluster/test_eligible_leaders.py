@@ -34,7 +34,8 @@ import pyarrow as pa
 import pytest
 from harness import Cluster
 
-from strom.client import Connection
+from strom.client import Connection, TableChange
+from strom.client import TablePath as StromTablePath
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.string())])
 CONFIG = {
@@ -96,6 +97,12 @@ async def describe_buckets(cluster: Cluster) -> list[Any]:
     return [b for t in status.tables if t.name == TABLE.table_name for b in t.buckets]
 
 
+async def set_option(cluster: Cluster, key: str, value: str) -> None:
+    async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as connection:
+        path = StromTablePath(TABLE.database_name, TABLE.table_name)
+        await connection.get_admin().alter_table(path, [TableChange.set_option(key, value)])
+
+
 def power_cut(cluster: Cluster, server_id: int, kept: Path) -> None:
     """SIGKILL, and what was not fsynced is gone: the data directory as it was when `kept` was copied."""
     server = cluster.tablet_servers[server_id]
@@ -104,14 +111,14 @@ def power_cut(cluster: Cluster, server_id: int, kept: Path) -> None:
     shutil.copytree(kept, server.data_dir)
 
 
-@pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election"])
+@pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election-after-waiting"])
 def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_third_is_paused(
     cluster_factory: Any, tmp_path: Path, unclean: bool
 ) -> None:
+    """`unclean`: once the bucket waits, the operator accepts the loss (docs/operations.md's runbook):
+    the table option elects a replica that lost the records, and they are gone."""
     cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
     properties = {"table.replication.factor": "3"}
-    if unclean:
-        properties["table.unclean.leader.election.enabled"] = "true"
 
     async def create(connection: Any) -> None:
         descriptor = fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
@@ -140,20 +147,19 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
         power_cut(cluster, a, kept[a])
         wait_for(lambda: bucket_state(cluster)["leader"] == b, "B leading")
         wait_for(lambda: bucket_state(cluster)["isr"] == [b], "the paused C leaving the ISR")
-        if not unclean:
-            assert bucket_state(cluster)["elr"] == [c]
+        assert bucket_state(cluster)["elr"] == [c]
         power_cut(cluster, b, kept[b])
         wait_for(lambda: bucket_state(cluster)["leader"] is None, "no leader")
         cluster.start_tablet_server(a)
         cluster.start_tablet_server(b)
+        time.sleep(1.0)  # the coordinator has had its chance to elect a replica that lost data
+        state = bucket_state(cluster)
+        assert (state["leader"], state["isr"], state["elr"]) == (None, [], [c])
+        (shown,) = asyncio.run(describe_buckets(cluster))  # what `strom status` shows
+        assert (shown.leader, shown.isr, shown.elr) == (None, [], [c])
         if unclean:
+            asyncio.run(set_option(cluster, "table.unclean.leader.election.enabled", "true"))
             wait_for(lambda: bucket_state(cluster)["leader"] in (a, b), "an unclean leader")
-        else:
-            time.sleep(1.0)  # the coordinator has had its chance to elect a replica that lost data
-            state = bucket_state(cluster)
-            assert (state["leader"], state["isr"], state["elr"]) == (None, [], [c])
-            (shown,) = asyncio.run(describe_buckets(cluster))  # what `strom status` shows
-            assert (shown.leader, shown.isr, shown.elr) == (None, [], [c])
     finally:
         os.kill(paused, signal.SIGCONT)
     cluster.wait_for_tablet_servers({a, b, c})
@@ -179,3 +185,55 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
             lambda: coordinator_metric(cluster, "electionFromEligibleLeaderReplicasCount") == 1, "the metric"
         )
         assert coordinator_metric(cluster, "uncleanLeaderElectionCount") == 0
+
+
+def test_on_zookeeper_a_killed_replica_waits_for_the_one_stopped_cleanly(cluster_factory: Any) -> None:
+    """The clean-shutdown record and the ZooKeeper registration: F is killed, L stopped with SIGTERM
+    (both out of the ISR below the minimum, so both eligible); F returns first but is not eligible
+    after its unclean shutdown; L returns and leads with every acknowledged record."""
+    cluster: Cluster = cluster_factory(tablet_servers=2, config=CONFIG, zookeeper=True)
+
+    async def create_and_write(connection: Any) -> None:
+        descriptor = fluss.TableDescriptor(
+            fluss.Schema(SCHEMA), bucket_count=1, properties={"table.replication.factor": "2"}
+        )
+        await connection.get_admin().create_table(TABLE, descriptor)
+        table = await connection.get_table(TABLE)
+        writer = table.new_append().create_writer()
+        writer.write_arrow(pa.table({"id": range(ROWS), "v": [f"v{i}" for i in range(ROWS)]}, SCHEMA))
+        await writer.flush()
+
+    def shown() -> Any:
+        (bucket,) = asyncio.run(describe_buckets(cluster))
+        return bucket
+
+    pyfluss(cluster, create_and_write)
+    wait_for(lambda: len(shown().isr) == 2, "a full ISR")
+    leader = shown().leader
+    follower = 1 - leader
+    cluster.kill_tablet_server(follower)
+    wait_for(lambda: shown().elr == [follower], "the killed follower in the ELR")
+    cluster.tablet_servers[leader].stop()  # SIGTERM: records a clean shutdown
+    wait_for(lambda: shown().leader is None, "no leader")
+    assert sorted(shown().elr) == sorted([leader, follower])
+    cluster.start_tablet_server(follower)
+    wait_for(lambda: shown().elr == [leader], "the killed follower leaving the ELR")
+    assert shown().leader is None
+    cluster.start_tablet_server(leader)
+    wait_for(lambda: shown().leader == leader, "the cleanly stopped replica leading")
+    wait_for(lambda: len(shown().isr) == 2, "the killed replica caught up", timeout=30)
+    log = cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+
+    def last_registration(server_id: int) -> str:
+        return re.findall(rf"tablet server {server_id} registered at .*", log)[-1]
+
+    assert last_registration(follower).endswith("after an unclean shutdown")
+    assert "unclean" not in last_registration(leader)
+
+    async def read(connection: Any) -> list[int]:
+        table = await connection.get_table(TABLE)
+        scanner = await table.new_scan().create_record_batch_log_scanner()
+        scanner.subscribe_buckets({0: fluss.EARLIEST_OFFSET})
+        return sorted((await scanner.to_arrow()).column("id").to_pylist())
+
+    assert pyfluss(cluster, read) == list(range(ROWS))

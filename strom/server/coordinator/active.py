@@ -272,6 +272,8 @@ class ActiveCoordinator:
     async def _table_altered(self, old: TableDescriptor, record: TableRecord) -> None:
         self.lake.on_table_altered(old, record)
         await self.auto_partitions.check_table(record)
+        # table.unclean.leader.election.enabled may have been set for a bucket waiting for a leader
+        await self.controller.elect_waiting(record.table_id)
 
     def _table_dropped(self, table_id: int) -> None:
         self.lake.on_table_dropped(table_id)

@@ -257,6 +257,21 @@ class Controller:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
 
+    async def elect_waiting(self, table_id: int) -> None:
+        """Try again to elect leaders of this table's leaderless buckets (its options changed)."""
+        async with self.lock:
+            live = set(self.membership.servers)
+            changed: list[BucketAssignment] = []
+            for a in self.store.list_buckets(table_id):
+                if a.leader is None:
+                    new, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(table_id))
+                    self._count(new, kind)
+                    if new != a:
+                        changed.append(new)
+            if changed:
+                self.store.put_buckets(changed)
+        await self.notify_leadership(changed)
+
     def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
         def allowed() -> bool:
             table = self.store.get_table_by_id(table_id)
