@@ -121,7 +121,7 @@ class ActiveCoordinator:
             pool,
             self.coordinator_epoch,
             node,
-            min_isr=self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
+            min_isr=self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER) or 1,
         )
         self.failure_detector = FailureDetector(self._confirmed_dead)
         self.liveness = liveness(self)

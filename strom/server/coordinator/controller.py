@@ -10,7 +10,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from strom.common import config as options
-from strom.common.config import Configuration
 from strom.common.errors import (
     FencedLeaderEpochError,
     FlussError,
@@ -277,8 +276,9 @@ class Controller:
             table = self.store.get_table_by_id(table_id)
             if table is None:
                 return False
-            properties = TableDescriptor.from_json_bytes(table.table_json).properties
-            return bool(Configuration(properties).get(options.TABLE_UNCLEAN_LEADER_ELECTION_ENABLED))
+            option = options.TABLE_UNCLEAN_LEADER_ELECTION_ENABLED
+            raw = TableDescriptor.from_json_bytes(table.table_json).properties.get(option.key)
+            return raw is not None and option.parse(raw)
 
         return allowed
 
