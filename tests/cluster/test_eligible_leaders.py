@@ -11,27 +11,30 @@ The ordering that made the controller lose acknowledged records before ELR (RF 3
 With ELR, C joined the eligible leader replicas in step 3; A and B register after an unclean shutdown and
 are not eligible, so the bucket waits for C in step 5 and C leads in step 6: nothing is lost.
 
-The power cut is emulated: SIGKILL, then the data directory goes back to a copy taken before the writes
-(nothing was fsynced since: `log.flush.interval-messages` is unset), which is what a power cut keeps.
+The power cut is real as far as the file system goes: each tablet server's data directory is a
+LazyMount (tests/faults/lazyfs.py), which forgets every write not fsynced; with
+`log.flush.interval-messages` unset nothing fsyncs the appends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import sqlite3
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import fluss
 import pyarrow as pa
 import pytest
+from faults.lazyfs import LazyMount, fuse_available
 from harness import Cluster
 
 from strom.client import Connection, TableChange
@@ -103,21 +106,46 @@ async def set_option(cluster: Cluster, key: str, value: str) -> None:
         await connection.get_admin().alter_table(path, [TableChange.set_option(key, value)])
 
 
-def power_cut(cluster: Cluster, server_id: int, kept: Path) -> None:
-    """SIGKILL, and what was not fsynced is gone: the data directory as it was when `kept` was copied."""
-    server = cluster.tablet_servers[server_id]
-    server.kill()
-    shutil.rmtree(server.data_dir)
-    shutil.copytree(kept, server.data_dir)
+def power_cut(cluster: Cluster, mounts: dict[int, LazyMount], server_id: int) -> None:
+    """SIGKILL, and what the server never fsynced is gone from its disk."""
+    cluster.tablet_servers[server_id].kill()
+    mounts[server_id].power_cut()
 
 
 @pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election-after-waiting"])
+@pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
 def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_third_is_paused(
-    cluster_factory: Any, tmp_path: Path, unclean: bool
+    tmp_path: Path, unclean: bool
 ) -> None:
     """`unclean`: once the bucket waits, the operator accepts the loss (docs/operations.md's runbook):
     the table option elects a replica that lost the records, and they are gone."""
-    cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
+    with power_cut_cluster(tmp_path) as (cluster, mounts):
+        scenario(cluster, mounts, unclean)
+
+
+@contextlib.contextmanager
+def power_cut_cluster(tmp_path: Path) -> Iterator[tuple[Cluster, dict[int, LazyMount]]]:
+    """Three tablet servers, each with its data directory on a LazyMount."""
+    cluster = Cluster(tmp_path / "cluster", tablet_servers=3, config=CONFIG)
+    mounts = {i: LazyMount(tmp_path / f"disk-{i}", s.data_dir) for i, s in cluster.tablet_servers.items()}
+    try:
+        for mount in mounts.values():
+            mount.start()
+        cluster.start()
+        yield cluster, mounts
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        for server in cluster.tablet_servers.values():
+            if server.pid is not None and server.is_alive():
+                os.kill(server.pid, signal.SIGCONT)  # a paused server cannot stop
+        cluster.stop()
+        for mount in mounts.values():
+            mount.stop()
+
+
+def scenario(cluster: Cluster, mounts: dict[int, LazyMount], unclean: bool) -> None:
     properties = {"table.replication.factor": "3"}
 
     async def create(connection: Any) -> None:
@@ -127,9 +155,6 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
     pyfluss(cluster, create)
     wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "a full ISR")
     a, b, c = bucket_state(cluster)["replicas"]  # a leads; b is next in line
-    kept = {s: tmp_path / f"kept-{s}" for s in (a, b)}
-    for s, path in kept.items():
-        shutil.copytree(cluster.tablet_servers[s].data_dir, path)
 
     async def write(connection: Any) -> None:
         table = await connection.get_table(TABLE)
@@ -144,11 +169,11 @@ def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_thir
     assert paused is not None
     os.kill(paused, signal.SIGSTOP)
     try:
-        power_cut(cluster, a, kept[a])
+        power_cut(cluster, mounts, a)
         wait_for(lambda: bucket_state(cluster)["leader"] == b, "B leading")
         wait_for(lambda: bucket_state(cluster)["isr"] == [b], "the paused C leaving the ISR")
         assert bucket_state(cluster)["elr"] == [c]
-        power_cut(cluster, b, kept[b])
+        power_cut(cluster, mounts, b)
         wait_for(lambda: bucket_state(cluster)["leader"] is None, "no leader")
         cluster.start_tablet_server(a)
         cluster.start_tablet_server(b)
