@@ -177,6 +177,7 @@ class ActiveCoordinator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.rebalance.stop()
+        await self.controller.close()
         await self.liveness.stop()
         await self.failure_detector.close()
 

@@ -24,6 +24,7 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.resend import Owed, Resender
 from strom.server.store.base import BucketAssignment, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -83,10 +84,19 @@ class Controller:
         # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
         # carries it (set by the metadata service)
         self.table_metadata: Callable[[set[int]], list[pb.PbTableMetadata]] = lambda ids: []
+        # pushes a live server missed, sent again until it acknowledges them (resend.py)
+        self.resender = Resender(self._session_of, self._push_owed)
+
+    async def close(self) -> None:
+        await self.resender.close()
 
     # ---- pushes to tablet servers
 
-    async def send(self, server_id: int, key: ApiKey, message: object) -> object | None:
+    async def send(
+        self, server_id: int, key: ApiKey, message: object, owe: Callable[[], None] | None = None
+    ) -> object | None:
+        """The server's answer, or None. `owe` records the push for resending when the server may not
+        have got it (a lost connection, a timeout); an error it answered with is not resent."""
         server = self.membership.servers.get(server_id)
         if server is None:
             return None
@@ -100,7 +110,28 @@ class Controller:
             )
         except FlussError as e:
             log.warning("%s to tablet server %d failed: %s", key.name, server_id, e)
+            if owe is not None and e.retriable:
+                owe()
             return None
+
+    def _session_of(self, server_id: int) -> int | None:
+        server = self.membership.servers.get(server_id)
+        return None if server is None else server.session_id
+
+    async def _push_owed(self, server_id: int, owed: Owed) -> Owed:
+        """Send the current state of what `owed` names; returns what failed again."""
+        left = Owed(owed.session_id)
+        if owed.servers or owed.tables:
+            request = self._update_metadata(self.table_metadata(owed.tables) if owed.tables else ())
+            if await self.send(server_id, ApiKey.UPDATE_METADATA, request) is None:
+                left.servers, left.tables = owed.servers, set(owed.tables)
+        if owed.buckets:
+            # buckets it no longer hosts (or that are gone) need nothing
+            notify = self._leadership_requests(self._current(owed.buckets), {server_id}).get(server_id)
+            key = ApiKey.NOTIFY_LEADER_AND_ISR
+            if notify is not None and await self.send(server_id, key, notify) is None:
+                left.buckets = set(owed.buckets)
+        return left
 
     def _physical_path(self, assignment: BucketAssignment) -> pb.PbPhysicalTablePath | None:
         table = self.store.get_table_by_id(assignment.table_id)
@@ -130,13 +161,23 @@ class Controller:
         # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
         # usually find it already leading; a leader that does not answer in time does not hold them up.
         leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
+        first = [self._notify(s, by_server[s]) for s in leaders]
         if first:
             await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
             by_server = self._leadership_requests(self._current(keys), only_servers)  # fresh again
-        await asyncio.gather(
-            *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
-        )
+        await asyncio.gather(*(self._notify(s, r) for s, r in by_server.items() if s not in leaders))
+
+    async def _notify(self, server_id: int, request: pb.NotifyLeaderAndIsrRequest) -> object | None:
+        keys = {
+            (
+                e.table_bucket.table_id,
+                e.table_bucket.partition_id if e.table_bucket.HasField("partition_id") else None,
+                e.table_bucket.bucket_id,
+            )
+            for e in request.notify_buckets_leader_req
+        }
+        owe = lambda: self.resender.owe(server_id, buckets=keys)  # noqa: E731
+        return await self.send(server_id, ApiKey.NOTIFY_LEADER_AND_ISR, request, owe)
 
     def _current(self, keys: set[tuple[int, int | None, int]]) -> list[BucketAssignment]:
         """The stored state of these buckets (dropped ones left out)."""
@@ -185,6 +226,17 @@ class Controller:
     async def broadcast_servers(self, tables: Sequence[pb.PbTableMetadata] = ()) -> None:
         """UpdateMetadata with the live server list, so tablet servers know their peers, and the
         given tables' current metadata (an altered table's new schema or options)."""
+        request = self._update_metadata(tables)
+        table_ids = {t.table_id for t in tables}
+
+        def owe(server_id: int) -> Callable[[], None]:
+            return lambda: self.resender.owe(server_id, servers=True, tables=table_ids)
+
+        await asyncio.gather(
+            *(self.send(s, ApiKey.UPDATE_METADATA, request, owe(s)) for s in list(self.membership.servers))
+        )
+
+    def _update_metadata(self, tables: Sequence[pb.PbTableMetadata]) -> pb.UpdateMetadataRequest:
         request = pb.UpdateMetadataRequest(coordinator_epoch=self.coordinator_epoch)
         request.table_metadata.extend(tables)
         request.coordinator_server.CopyFrom(self.coordinator_node)
@@ -192,9 +244,7 @@ class Controller:
             node = request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
             if server.listeners:
                 node.listeners = server.listeners
-        await asyncio.gather(
-            *(self.send(s, ApiKey.UPDATE_METADATA, request) for s in list(self.membership.servers))
-        )
+        return request
 
     # ---- membership events
 
