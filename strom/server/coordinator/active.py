@@ -156,6 +156,13 @@ class ActiveCoordinator:
         await self.liveness.start()
         for server in list(self.membership.servers.values()):
             self.failure_detector.watch(server)
+        # A server that started uncleanly while no coordinator was active (or before the previous one
+        # acted on it) is registered already: it loses its eligibility now, before anything is pushed.
+        for server_id, unclean_start in self.liveness.unclean_at_start.items():
+            if self._unclean_start_is_new(server_id, unclean_start):
+                log.info("tablet server %d started after an unclean shutdown", server_id)
+                await self.controller.on_server_registered(server_id, unclean=True)
+                self._unclean_start_acted_on(server_id, unclean_start)
         await self.controller.broadcast_servers()
         await self.controller.notify_leadership(self.store.list_buckets())
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
@@ -188,10 +195,7 @@ class ActiveCoordinator:
     ) -> None:
         """`unclean_start`: the id of the server process when it started after an unclean shutdown
         (it re-registers with the same id after a coordinator failover: acted on once)."""
-        unclean = False
-        if unclean_start is not None:
-            key = f"{_UNCLEAN_STARTS}{server.server_id:010d}"
-            unclean = self.store.get_document(key) != str(unclean_start).encode()
+        unclean = unclean_start is not None and self._unclean_start_is_new(server.server_id, unclean_start)
         log.info(
             "tablet server %d registered at %s:%d%s%s",
             server.server_id,
@@ -205,8 +209,14 @@ class ActiveCoordinator:
             await self.controller.on_servers_dead({server.server_id}, still_registered=True)
         self.failure_detector.watch(server)
         await self.controller.on_server_registered(server.server_id, unclean=unclean)
-        if unclean:
-            self.store.put_document(key, str(unclean_start).encode())
+        if unclean and unclean_start is not None:
+            self._unclean_start_acted_on(server.server_id, unclean_start)
+
+    def _unclean_start_is_new(self, server_id: int, unclean_start: int) -> bool:
+        return self.store.get_document(f"{_UNCLEAN_STARTS}{server_id:010d}") != str(unclean_start).encode()
+
+    def _unclean_start_acted_on(self, server_id: int, unclean_start: int) -> None:
+        self.store.put_document(f"{_UNCLEAN_STARTS}{server_id:010d}", str(unclean_start).encode())
 
     async def servers_dead(self, servers: list[LiveServer]) -> None:
         """These servers (already out of the membership) are gone: move their leadership."""

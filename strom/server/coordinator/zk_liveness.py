@@ -43,10 +43,15 @@ class ZooKeeperLiveness(Liveness):
         self._sync_lock = asyncio.Lock()
 
     async def start(self) -> None:
-        for server_id, (host, port, rack, listeners, owner, _) in (await self._read_all()).items():
+        self.unclean_at_start = {}
+        for server_id, (host, port, rack, listeners, owner, unclean_start) in (
+            await self._read_all()
+        ).items():
             self.membership.register(
                 server_id, host, port, rack, incarnation=owner, session_id=owner, listeners=listeners
             )
+            if unclean_start is not None:
+                self.unclean_at_start[server_id] = unclean_start
         loop = asyncio.get_running_loop()
         changed = on_loop(loop, self._children_changed)
 
