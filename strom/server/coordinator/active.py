@@ -202,7 +202,7 @@ class ActiveCoordinator:
             server.host,
             server.port,
             " (restarted)" if restarted else "",
-            " after an unclean shutdown" if unclean else "",
+            " after an unclean shutdown (or with a new data directory)" if unclean else "",
         )
         if restarted:
             # A new process of a known id lost whatever its predecessor led: move that first.

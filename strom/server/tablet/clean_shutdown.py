@@ -32,10 +32,13 @@ class CleanShutdown:
         """At start (blocking: run it off the event loop): read and remove the record, durably."""
         self.unclean = not self.path.exists()
         if self.unclean:
-            log.warning(
-                "no clean-shutdown record in %s: the previous process did not stop cleanly, so this "
-                "server's replicas are not eligible to lead until they are back in the ISR",
+            new = not any(self.path.parent.iterdir())
+            log.log(
+                logging.INFO if new else logging.WARNING,
+                "no clean-shutdown record in %s (%s): this server's replicas are not eligible to lead "
+                "until they are back in the ISR",
                 self.path.parent,
+                "a new data directory" if new else "the previous process did not stop cleanly",
             )
             return
         self.path.unlink()
