@@ -23,6 +23,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
+from strom.common import config as options
 from strom.common.errors import FlussError
 from strom.server.port_probe import probe
 from strom.server.zookeeper import layout
@@ -84,7 +85,7 @@ class ZooKeeperRegistration:
         registration = layout.tablet_server_registration(
             node.host,
             node.port,
-            None,
+            server.config.get_optional(options.TABLET_SERVER_RACK),
             int(time.time() * 1000),
             node.listeners,
             server.incarnation if server.clean_shutdown.unclean else None,
