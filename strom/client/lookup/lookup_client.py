@@ -182,6 +182,8 @@ class LookupClient:
         return self.queued == 0 or self.queued + n <= self.queue_size
 
     def _wake(self) -> None:
+        if self.closed:
+            return  # `close` fails the waiters
         waiters = self._room_waiters
         while waiters and self._fits(waiters[0][0]):
             n, future = waiters.popleft()
@@ -530,6 +532,10 @@ class LookupClient:
         if self._timer is not None:
             self._timer.cancel()
         error = FlussError("The connection closed before the lookup was answered.")
+        waiters, self._room_waiters = self._room_waiters, deque()
+        for _, future in waiters:
+            if not future.done():
+                future.set_exception(error)
         self._fail_queued(error)
         tasks = list(self._tasks)
         for task in tasks:
@@ -539,10 +545,6 @@ class LookupClient:
         self._fail_queued(error)  # what the cancelled tasks queued again
         self._queues.clear()
         self.queued = 0
-        waiters, self._room_waiters = self._room_waiters, deque()
-        for _, future in waiters:
-            if not future.done():
-                future.set_exception(error)
 
     def _fail_queued(self, error: FlussError) -> None:
         for queue in self._queues.values():
