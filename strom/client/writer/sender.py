@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from google.protobuf.message import Message
@@ -38,6 +38,7 @@ from strom.client.writer.accumulator import RecordAccumulator
 from strom.client.writer.errors import INVALID_METADATA_ERRORS, is_retriable_write_error
 from strom.client.writer.idempotence import IdempotenceManager
 from strom.client.writer.write_batch import WriteBatch
+from strom.common.config import CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED
 from strom.common.errors import (
     DuplicateSequenceError,
     FlussError,
@@ -50,6 +51,7 @@ from strom.common.errors import (
     UnknownWriterIdError,
     error_for_code,
 )
+from strom.common.partition import parse_partition_name
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.record.log_batch import NO_BATCH_SEQUENCE, NO_WRITER_ID
 from strom.rpc.api import ApiKey
@@ -59,6 +61,9 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 __all__ = ["Sender", "add_bucket_requests"]
 
 log = logging.getLogger(__name__)
+
+# Creates a partition of a table from its spec (partition key -> value); a no-op when it exists.
+PartitionCreator = Callable[[TablePath, dict[str, str]], Awaitable[None]]
 
 REFRESH_INTERVAL = 0.1  # least time between two refreshes for buckets without a leader
 INIT_WRITER_BACKOFF = Backoff(initial=0.1, maximum=1.0, jitter=0.2)
@@ -78,8 +83,12 @@ class Sender:
         config: ClientConfig,
         accumulator: RecordAccumulator,
         idempotence: IdempotenceManager,
+        create_partition: PartitionCreator | None = None,
     ) -> None:
+        """`create_partition` creates a partition that a write names and the cluster does not know
+        (client.writer.dynamic-create-partition.enabled); None fails such writes."""
         self.metadata = metadata
+        self.create_partition = create_partition
         self.pool = pool
         self.accumulator = accumulator
         self.idempotence = idempotence
@@ -443,17 +452,41 @@ class Sender:
 
     async def _refresh_partition(self, path: PhysicalTablePath) -> None:
         try:
-            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            try:
+                await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            except PartitionNotExistError:
+                if self.create_partition is None:
+                    raise
+                await self._create_partition(path)
+                await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
         except PartitionNotExistError:
+            hint = (
+                "it was created but is not visible yet"
+                if self.create_partition is not None
+                else f"create it first, or set {CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED.key}"
+            )
             self.accumulator.fail_queued(
                 [path],
                 lambda p: PartitionNotExistError(
-                    f"Partition '{p.partition_name}' of table '{p.table_path}' does not exist; "
-                    "create it before writing to it."
+                    f"Table partition '{p.partition_name}' of table '{p.table_path}' does not exist; {hint}."
                 ),
             )
         except FlussError as e:
-            log.info("metadata refresh of %s failed: %s", path, e)
+            if e.retriable:
+                log.info("metadata refresh of %s failed: %s", path, e)
+            else:  # e.g. a partition value the cluster refuses: the writes that name it fail
+                self.accumulator.fail_queued([path], lambda _p, e=e: e)
+
+    async def _create_partition(self, path: PhysicalTablePath) -> None:
+        """Create the partition a write names, as Fluss's client does: the spec comes from the
+        partition name and the table's partition keys; a concurrent creator is no error."""
+        assert self.create_partition is not None and path.partition_name is not None
+        info = self.metadata.table_info(path.table_path)
+        if info is None:
+            raise TableNotExistError(f"Table '{path.table_path}' does not exist.")
+        spec = parse_partition_name(info.partition_keys, path.partition_name)
+        log.info("creating partition %s of %s for a write", path.partition_name, path.table_path)
+        await self.create_partition(path.table_path, dict(spec.items()))
 
 
 def add_bucket_requests(request: Any, built: list[tuple[WriteBatch, bytes | bytearray]]) -> None:
