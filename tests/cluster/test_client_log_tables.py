@@ -489,7 +489,11 @@ def test_buffer_backpressure_close_flushes_and_plain_writer(shared_cluster: Clus
     run(
         shared_cluster,
         write_bounded,
-        **{"client.writer.buffer.memory-size": "64kb", "client.writer.batch-size": "16kb"},
+        **{
+            "client.writer.buffer.memory-size": "64kb",
+            "client.writer.buffer.page-size": "16kb",
+            "client.writer.batch-size": "16kb",
+        },
     )
     assert peak < 64 * 1024 + 32 * 1024  # at most one write past the limit
 

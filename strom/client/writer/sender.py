@@ -169,7 +169,8 @@ class Sender:
                     delay = wait if delay is None else min(delay, wait)
         if not check.nodes:
             return delay
-        for node_id, batches in acc.drain(cluster, check.nodes, self.max_request_size).items():
+        drained = acc.drain(cluster, check.nodes, self.max_request_size)
+        for node_id, batches in drained.items():
             by_table: dict[int, list[WriteBatch]] = {}
             for batch in batches:
                 by_table.setdefault(batch.format.table_id, []).append(batch)
@@ -181,6 +182,10 @@ class Sender:
                     )
                     self._sends.add(task)
                     task.add_done_callback(self._send_done)
+        if drained:
+            # A drain takes one batch per bucket: the next ones of a bucket may go out at once too,
+            # up to client.writer.max-inflight-requests-per-bucket, without waiting for an answer.
+            return 0.0
         return delay
 
     def _send_done(self, task: asyncio.Task[None]) -> None:
@@ -381,11 +386,11 @@ class Sender:
             log.info("retrying %s after %s: %s", batch, type(error).__name__, error)
             self.accumulator.reenqueue(batch)
             return stale
-        self._fail(batch, error, adjust_sequences=batch.attempts < self.retries)
+        self._fail(batch, error, adjust_sequences=batch.attempts <= self.retries)
         return stale
 
     def _can_retry(self, batch: WriteBatch, error: FlussError) -> bool:
-        if batch.attempts >= self.retries or batch.done:
+        if batch.attempts > self.retries or batch.done:  # attempts counts the first send too
             return False
         if is_retriable_write_error(error):
             return True
