@@ -51,6 +51,10 @@ class FakeFluss:
     produce_errors: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     fetch_errors: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     leader: int | None = NODE_ID
+    # errors raised by the next Metadata requests (answered as error frames)
+    metadata_errors: list[Exception] = field(default_factory=list)
+    # Metadata requests wait while this is clear
+    metadata_gate: asyncio.Event = field(default_factory=asyncio.Event)
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     # ProduceLog requests block while this is clear (to hold batches in flight)
     produce_gate: asyncio.Event = field(default_factory=asyncio.Event)
@@ -59,6 +63,7 @@ class FakeFluss:
 
     async def start(self) -> FakeFluss:
         self.produce_gate.set()
+        self.metadata_gate.set()
         handlers: dict[ApiKey, Any] = {
             ApiKey.GET_METADATA: self._metadata,
             ApiKey.INIT_WRITER: self._init_writer,
@@ -103,6 +108,9 @@ class FakeFluss:
 
     async def _metadata(self, request: pb.MetadataRequest, ctx: RequestContext) -> pb.MetadataResponse:
         self.requests["metadata"] += 1
+        await self.metadata_gate.wait()
+        if self.metadata_errors:
+            raise self.metadata_errors.pop(0)
         response = pb.MetadataResponse()
         self._node(response.coordinator_server)
         self._node(response.tablet_servers.add())
