@@ -11,6 +11,7 @@ while the network connections are still there. Create it with
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from strom.rpc.client import ConnectionPool
 
 if TYPE_CHECKING:
     from strom.client.lookup.lookup_client import LookupClient
+    from strom.client.scanner.log_scanner import LogScanner
     from strom.client.upsert.kv_writer_client import KvWriterClient
     from strom.client.writer.writer_client import WriterClient
 
@@ -42,6 +44,8 @@ class Connection(AsyncClosing):
         self._writer_client: WriterClient | None = None
         self._kv_writer_client: KvWriterClient | None = None
         self._lookup_client: LookupClient | None = None
+        # Open log scanners, closed with the connection (weak: a dropped scanner needs no closing).
+        self._scanners: weakref.WeakSet[LogScanner] = weakref.WeakSet()
         self._close_hooks: list[CloseHook] = []
         self._closed = False
 
@@ -120,6 +124,10 @@ class Connection(AsyncClosing):
             self._lookup_client = LookupClient(self)
         return self._lookup_client
 
+    def track_scanner(self, scanner: LogScanner) -> None:
+        self._check_open()
+        self._scanners.add(scanner)
+
     # ------------------------------------------------------------------ lifecycle
 
     def add_close_hook(self, hook: CloseHook) -> None:
@@ -140,8 +148,9 @@ class Connection(AsyncClosing):
         self._closed = True
         hooks, self._close_hooks = self._close_hooks[::-1], []
         # Writers flush before lookups stop; all of them before the network connections go.
-        owned = (self._writer_client, self._kv_writer_client, self._lookup_client)
+        owned = (self._writer_client, self._kv_writer_client, self._lookup_client, *self._scanners)
         self._writer_client = self._kv_writer_client = self._lookup_client = None
+        self._scanners = weakref.WeakSet()
         for component in owned:
             if component is not None:
                 hooks.append(component.close)
