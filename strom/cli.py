@@ -474,7 +474,7 @@ def local(
     if tiering_process is not None:
         tiering_process.start()  # Spark takes a few seconds; the cluster is usable meanwhile
         servers.append(tiering_process)
-    cluster = {
+    cluster: dict[str, Any] = {
         "bootstrap": bootstrap,
         "servers": [
             {

@@ -19,9 +19,10 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 T = TypeVar("T")
+D = TypeVar("D")
 E = TypeVar("E", bound=enum.Enum)
 
 # ----------------------------------------------------------------------------------- value types
@@ -217,7 +218,8 @@ class ConfigOption(Generic[T]):
 
     key: str
     type: type
-    default: T | None
+    # An option without a default is declared ConfigOption[X | None], so `get` types it honestly.
+    default: T
     description: str
     # Older keys still read when `key` is absent.
     fallback_keys: tuple[str, ...] = ()
@@ -275,16 +277,29 @@ class Configuration(Mapping[str, str]):
     def contains(self, option: ConfigOption[Any]) -> bool:
         return self._raw(option) is not None
 
-    def get(self, option: ConfigOption[T], default: Any = None) -> T | None:  # type: ignore[override]
+    # A plain key reads like Mapping.get; a ConfigOption reads parsed. Both shapes are overloads so
+    # that this stays a compatible override of Mapping.get, and an option with a default types as T.
+    @overload
+    def get(self, option: str, /) -> str | None: ...
+    @overload
+    def get(self, option: str, default: str, /) -> str: ...
+    @overload
+    def get(self, option: str, default: D, /) -> str | D: ...
+    @overload
+    def get(self, option: ConfigOption[T], /) -> T: ...
+    @overload
+    def get(self, option: ConfigOption[T], default: T, /) -> T: ...
+
+    def get(self, option: str | ConfigOption[Any], default: Any = None) -> Any:
         """The parsed value, else `default` if given, else the option's default.
 
         Raises ValueError naming the key when the stored string does not parse.
         """
         if isinstance(option, str):
-            return cast(T | None, self._values.get(option, default))
+            return self._values.get(option, default)
         raw = self._raw(option)
         if raw is None:
-            return cast(T | None, default) if default is not None else option.default
+            return default if default is not None else option.default
         try:
             return option.parse(raw)
         except ValueError as e:
@@ -402,13 +417,13 @@ DEFAULT_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
     1,
     "Replicas per bucket for tables that set no table.replication.factor.",
 )
-BIND_LISTENERS: ConfigOption[str] = ConfigOption(
+BIND_LISTENERS: ConfigOption[str | None] = ConfigOption(
     "bind.listeners",
     str,
     None,
     "Where the server listens, as comma-separated NAME://host:port entries (e.g. FLUSS://0.0.0.0:9123).",
 )
-ADVERTISED_LISTENERS: ConfigOption[str] = ConfigOption(
+ADVERTISED_LISTENERS: ConfigOption[str | None] = ConfigOption(
     "advertised.listeners",
     str,
     None,
@@ -430,7 +445,7 @@ SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     ["PLAIN"],
     "SASL mechanisms servers accept on SASL listeners; only PLAIN is supported.",
 )
-SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
     "security.sasl.plain.jaas.config",
     str,
     None,
@@ -438,7 +453,7 @@ SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
     'org.apache.fluss.security.auth.sasl.plain.PlainLoginModule required user_<name>="<password>" ...; '
     "security.sasl.listener.name.<listener>.plain.jaas.config overrides it for one listener.",
 )
-SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str] = ConfigOption(
+SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str | None] = ConfigOption(
     "security.sasl.plain.credentials",
     str,
     None,
@@ -451,7 +466,7 @@ AUTHORIZER_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Whether requests are checked against ACLs; when off every authenticated principal may do anything.",
 )
-SUPER_USERS: ConfigOption[str] = ConfigOption(
+SUPER_USERS: ConfigOption[str | None] = ConfigOption(
     "super.users",
     str,
     None,
@@ -467,7 +482,7 @@ AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
 DATA_DIR: ConfigOption[str] = ConfigOption(
     "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
 )
-REMOTE_DATA_DIR: ConfigOption[str] = ConfigOption(
+REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
     str,
     None,
@@ -480,7 +495,7 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     [],
     "Several remote data directories; new tables are spread over them. Overrides remote.data.dir.",
 )
-ZOOKEEPER_ADDRESS: ConfigOption[str] = ConfigOption(
+ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
     str,
     None,
@@ -504,7 +519,7 @@ ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "How long to wait for a ZooKeeper connection.",
     fallback_keys=("recovery.zookeeper.client.connection-timeout",),
 )
-COORDINATOR_HOST: ConfigOption[str] = ConfigOption(
+COORDINATOR_HOST: ConfigOption[str | None] = ConfigOption(
     "coordinator.host", str, None, "Deprecated in Fluss in favour of bind.listeners: the coordinator's host."
 )
 COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
@@ -513,7 +528,7 @@ COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
     "9123",
     "Deprecated in Fluss in favour of bind.listeners: the coordinator's port.",
 )
-TABLET_SERVER_HOST: ConfigOption[str] = ConfigOption(
+TABLET_SERVER_HOST: ConfigOption[str | None] = ConfigOption(
     "tablet-server.host",
     str,
     None,
@@ -522,10 +537,10 @@ TABLET_SERVER_HOST: ConfigOption[str] = ConfigOption(
 TABLET_SERVER_PORT: ConfigOption[str] = ConfigOption(
     "tablet-server.port", str, "0", "Deprecated in Fluss in favour of bind.listeners: a tablet server's port."
 )
-TABLET_SERVER_ID: ConfigOption[int] = ConfigOption(
+TABLET_SERVER_ID: ConfigOption[int | None] = ConfigOption(
     "tablet-server.id", int, None, "This tablet server's id; required, unique in the cluster, >= 0."
 )
-TABLET_SERVER_RACK: ConfigOption[str] = ConfigOption(
+TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
     "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
@@ -727,10 +742,10 @@ SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOpti
     timedelta(minutes=10),
     "How often expired writer ids are removed.",
 )
-DATALAKE_ENABLED: ConfigOption[bool] = ConfigOption(
+DATALAKE_ENABLED: ConfigOption[bool | None] = ConfigOption(
     "datalake.enabled", bool, None, "Whether tables in this cluster may enable lake tiering."
 )
-DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "datalake.format",
     DataLakeFormat,
     None,
@@ -837,7 +852,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 
 # ----------------------------------------------------------------------------------- table options
 
-TABLE_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
+TABLE_REPLICATION_FACTOR: ConfigOption[int | None] = ConfigOption(
     "table.replication.factor",
     int,
     None,
@@ -864,14 +879,14 @@ TABLE_KV_FORMAT: ConfigOption[KvFormat] = ConfigOption(
     KvFormat.COMPACTED,
     "Row format of primary-key table values: COMPACTED or INDEXED.",
 )
-TABLE_KV_FORMAT_VERSION: ConfigOption[int] = ConfigOption(
+TABLE_KV_FORMAT_VERSION: ConfigOption[int | None] = ConfigOption(
     "table.kv.format-version",
     int,
     None,
     "Version of the key encoding; new primary-key tables get the current version (2) at creation. "
     "Version 1 encodes keys with the lake format's encoder.",
 )
-TABLE_KV_STANDBY_REPLICA_ENABLED: ConfigOption[bool] = ConfigOption(
+TABLE_KV_STANDBY_REPLICA_ENABLED: ConfigOption[bool | None] = ConfigOption(
     "table.kv.standby-replica.enabled",
     bool,
     None,
@@ -883,7 +898,7 @@ TABLE_AUTO_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Whether the coordinator creates and expires time partitions of this partitioned table itself.",
 )
-TABLE_AUTO_PARTITION_KEY: ConfigOption[str] = ConfigOption(
+TABLE_AUTO_PARTITION_KEY: ConfigOption[str | None] = ConfigOption(
     "table.auto-partition.key",
     str,
     None,
@@ -895,7 +910,7 @@ TABLE_AUTO_PARTITION_TIME_UNIT: ConfigOption[AutoPartitionTimeUnit] = ConfigOpti
     AutoPartitionTimeUnit.DAY,
     "One auto partition per YEAR, QUARTER, MONTH, DAY or HOUR.",
 )
-TABLE_AUTO_PARTITION_TIME_FORMAT: ConfigOption[str] = ConfigOption(
+TABLE_AUTO_PARTITION_TIME_FORMAT: ConfigOption[str | None] = ConfigOption(
     "table.auto-partition.time-format",
     str,
     None,
@@ -923,7 +938,7 @@ TABLE_LOG_TTL: ConfigOption[timedelta] = ConfigOption(
     timedelta(days=7),
     "How long log data is kept (locally, or remotely once tiered). 0 keeps it forever.",
 )
-TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta] = ConfigOption(
+TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta | None] = ConfigOption(
     "table.log.local-ttl",
     timedelta,
     None,
@@ -944,7 +959,7 @@ TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Route lookups of expired auto partitions to the lake (auto-partitioned Paimon primary-key tables).",
 )
-TABLE_DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+TABLE_DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "table.datalake.format",
     DataLakeFormat,
     None,
@@ -965,14 +980,14 @@ TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT: ConfigOption[bool] = ConfigOption(
     False,
     "Whether tiering commits also expire old lake snapshots.",
 )
-TABLE_DATALAKE_AUTO_MAINTENANCE: ConfigOption[bool] = ConfigOption(
+TABLE_DATALAKE_AUTO_MAINTENANCE: ConfigOption[bool | None] = ConfigOption(
     "table.datalake.auto-maintenance",
     bool,
     None,
     "Whether tiering also compacts small lake files per bucket and expires old lake snapshots (the Iceberg "
     "design's single switch; when unset, auto-compaction and auto-expire-snapshot decide).",
 )
-TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
+TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType | None] = ConfigOption(
     "table.merge-engine",
     MergeEngineType,
     None,
@@ -980,7 +995,7 @@ TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
     "FIRST_ROW keeps the first; VERSIONED keeps the row with the highest version column; AGGREGATION "
     "aggregates each column by its function (`fields.<column>.agg`, docs/merge-engines.md).",
 )
-TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str] = ConfigOption(
+TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str | None] = ConfigOption(
     "table.merge-engine.versioned.ver-column",
     str,
     None,
@@ -1007,7 +1022,7 @@ TABLE_CHANGELOG_IMAGE: ConfigOption[ChangelogImage] = ConfigOption(
     "Changelog of a primary-key table: FULL emits -U/+U pairs; WAL emits only +U and may skip reading "
     "the old row.",
 )
-TABLE_STATISTICS_COLUMNS: ConfigOption[str] = ConfigOption(
+TABLE_STATISTICS_COLUMNS: ConfigOption[str | None] = ConfigOption(
     "table.statistics.columns",
     str,
     None,
@@ -1173,7 +1188,7 @@ CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigO
     MemorySize(16 << 20),
     "Memory the writer allocates at once for one request's batches.",
 )
-CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta | None] = ConfigOption(
     "client.writer.buffer.wait-timeout",
     timedelta,
     None,
@@ -1233,16 +1248,16 @@ CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
 )
-CLIENT_SASL_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.jaas.config",
     str,
     None,
     "JAAS line carrying username and password (older form of the two options below).",
 )
-CLIENT_SASL_USERNAME: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_USERNAME: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.username", str, None, "SASL/PLAIN user name."
 )
-CLIENT_SASL_PASSWORD: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_PASSWORD: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.password", str, None, "SASL/PLAIN password."
 )
 CLIENT_FS_TOKEN_RENEWAL_BACKOFF: ConfigOption[timedelta] = ConfigOption(
@@ -1312,16 +1327,16 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 # Set in Spark TBLPROPERTIES / DDL; the connector turns them into the table descriptor's
 # distribution and primary key. They are never stored as table properties.
 
-BUCKET_NUM: ConfigOption[int] = ConfigOption(
+BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
     "bucket.num", int, None, "Number of buckets; the cluster's default.bucket.number when unset."
 )
-BUCKET_KEY: ConfigOption[list[str]] = ConfigOption(
+BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",
     list,
     None,
     "Comma-separated bucket key columns; defaults to the primary key minus partition keys.",
 )
-PRIMARY_KEY: ConfigOption[list[str]] = ConfigOption(
+PRIMARY_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "primary.key", list, None, "Comma-separated primary key columns (Spark DDL has no PRIMARY KEY clause)."
 )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
@@ -45,7 +45,7 @@ class CoordinatorElection:
         config: Configuration,
         node: pb.PbServerNode,
         on_elected: Callable[[Any, Any], Awaitable[None]],
-        on_lost: Callable[[], Awaitable[None]],
+        on_lost: Callable[[], Coroutine[Any, Any, None]],  # run as a task
     ) -> None:
         self.config = config
         self.node = node

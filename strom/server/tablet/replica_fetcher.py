@@ -124,12 +124,12 @@ class ReplicaFetcherManager:
     async def _truncate(self, address: tuple[str, int], buckets: dict[TableBucket, Replica]) -> None:
         """Truncate each bucket to where the leader's log and ours agree (KIP-101 / KIP-279)."""
         request = internal.OffsetForLeaderEpochRequest(follower_server_id=self.server_id)
-        for bucket, replica in buckets.items():
+        for bucket, follower in buckets.items():
             entry = request.buckets.add(
                 table_id=bucket.table_id,
                 bucket_id=bucket.bucket,
-                current_leader_epoch=replica.leader_epoch,
-                leader_epoch=replica.log_tablet().leader_epochs.latest_epoch,
+                current_leader_epoch=follower.leader_epoch,
+                leader_epoch=follower.log_tablet().leader_epochs.latest_epoch,
             )
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id

@@ -255,10 +255,14 @@ class TabletServer:
 
     # ---- membership
 
-    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+    def _active_coordinator(self) -> tuple[str, int]:
+        """The active coordinator's address; with ZooKeeper there may be none for a while."""
         if self.coordinator is None:
             raise LeaderNotAvailableError("no coordinator is active at the moment; retry shortly")
-        return await self.pool.request(*self.coordinator, key, message, timeout=timeout)
+        return self.coordinator
+
+    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+        return await self.pool.request(*self._active_coordinator(), key, message, timeout=timeout)
 
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
@@ -434,17 +438,17 @@ class TabletServer:
         request = pb.AdjustIsrRequest(serverId=self.server_id)
         by_table: dict[int, pb.PbAdjustIsrReqForTable] = {}
         for bucket, isr in proposals.items():
-            replica = self.replica_manager.replicas[bucket]
+            proposer = self.replica_manager.replicas[bucket]
             table = by_table.get(bucket.table_id)
             if table is None:
                 table = request.tables_req.add(table_id=bucket.table_id)
                 by_table[bucket.table_id] = table
             entry = table.buckets_req.add(
                 bucket_id=bucket.bucket,
-                leader_epoch=replica.leader_epoch,
+                leader_epoch=proposer.leader_epoch,
                 new_isr=isr,
                 coordinator_epoch=self.coordinator_epoch,
-                bucket_epoch=replica.bucket_epoch,
+                bucket_epoch=proposer.bucket_epoch,
             )
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id
@@ -599,7 +603,7 @@ class TabletServer:
     async def _pass_on(self, key: ApiKey, request: Message) -> Any:
         """Send a client's request to the coordinator as it came, even with required fields missing:
         the coordinator answers those with the right error code."""
-        connection = await self.pool.get(*self.coordinator)
+        connection = await self.pool.get(*self._active_coordinator())
         body = await connection.request_raw(key, request.SerializePartialToString())
         response = api_spec(key).response_type()
         response.ParseFromString(body)
