@@ -24,11 +24,17 @@ from strom.common.errors import (
 )
 
 
-def run(body: Callable[[FakeFluss, Connection], Awaitable[Any]], buckets: int = 1, **settings: str) -> Any:
+def run(
+    body: Callable[[FakeFluss, Connection], Awaitable[Any]], settings: dict[str, str] | None = None
+) -> Any:
     async def main() -> Any:
-        fake = await FakeFluss(buckets=buckets).start()
+        fake = await FakeFluss(buckets=1).start()
         try:
-            config = {"bootstrap.servers": fake.bootstrap, "client.request-timeout": "10s", **settings}
+            config = {
+                "bootstrap.servers": fake.bootstrap,
+                "client.request-timeout": "10s",
+                **(settings or {}),
+            }
             async with await Connection.create(config) as conn:
                 return await asyncio.wait_for(body(fake, conn), 30)
         finally:
@@ -83,7 +89,7 @@ def test_batches_in_flight_behind_a_failed_one_are_written_in_order_exactly_once
         sequences = [b.sequence for b in fake.log[0]]
         assert sequences == sorted(sequences) and len(set(sequences)) == len(sequences)
 
-    run(body, **{"client.writer.batch-size": "1kb", "client.writer.batch-timeout": "0ms"})
+    run(body, {"client.writer.batch-size": "1kb", "client.writer.batch-timeout": "0ms"})
 
 
 def test_a_non_retriable_error_fails_the_write_without_a_retry() -> None:
@@ -113,7 +119,7 @@ def test_retries_run_out_after_client_writer_retries() -> None:
         assert fake.requests["produce"] == 2  # the first attempt and one retry
 
     # acks=all with retries=1 keeps idempotence on; one retry is allowed
-    run(body, **{"client.writer.retries": "1"})
+    run(body, {"client.writer.retries": "1"})
 
 
 def test_buffer_memory_is_counted_in_pages_and_a_full_buffer_pushes_back() -> None:
@@ -146,7 +152,7 @@ def test_buffer_memory_is_counted_in_pages_and_a_full_buffer_pushes_back() -> No
 
     run(
         body,
-        **{
+        {
             "client.writer.buffer.memory-size": "256kb",
             "client.writer.buffer.page-size": "64kb",
             "client.writer.buffer.wait-timeout": "300ms",
