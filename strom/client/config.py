@@ -353,7 +353,8 @@ class ClientConfig:
             return
         if self.security_sasl_mechanism.strip().upper() != "PLAIN":
             raise ClientConfigError(
-                f"Unsupported SASL mechanism: '{self.security_sasl_mechanism}'. Only 'PLAIN' is supported."
+                f"Unsupported SASL mechanism: '{self.security_sasl_mechanism}' "
+                f"({cfg.CLIENT_SASL_MECHANISM.key}). Only 'PLAIN' is supported."
             )
         username, password = self._credentials()
         if not username:

@@ -480,7 +480,11 @@ AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "effect cluster-wide within this time.",
 )
 DATA_DIR: ConfigOption[str] = ConfigOption(
-    "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
+    "data.dir",
+    str,
+    "/tmp/fluss-data",
+    "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
+    "without ZooKeeper); --data-dir overrides it.",
 )
 REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
@@ -493,7 +497,8 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     "remote.data.dirs",
     list,
     [],
-    "Several remote data directories; new tables are spread over them. Overrides remote.data.dir.",
+    "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
+    "one directory is accepted and a list of several is refused at start-up.",
 )
 ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
@@ -520,28 +525,45 @@ ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     fallback_keys=("recovery.zookeeper.client.connection-timeout",),
 )
 COORDINATOR_HOST: ConfigOption[str | None] = ConfigOption(
-    "coordinator.host", str, None, "Deprecated in Fluss in favour of bind.listeners: the coordinator's host."
+    "coordinator.host",
+    str,
+    None,
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
     "coordinator.port",
     str,
     "9123",
-    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port.",
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port (used when neither --port "
+    "nor bind.listeners is given).",
 )
 TABLET_SERVER_HOST: ConfigOption[str | None] = ConfigOption(
     "tablet-server.host",
     str,
     None,
-    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host.",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 TABLET_SERVER_PORT: ConfigOption[str] = ConfigOption(
-    "tablet-server.port", str, "0", "Deprecated in Fluss in favour of bind.listeners: a tablet server's port."
+    "tablet-server.port",
+    str,
+    "0",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's port (used when neither --port "
+    "nor bind.listeners is given; 0 picks a free one).",
 )
 TABLET_SERVER_ID: ConfigOption[int | None] = ConfigOption(
-    "tablet-server.id", int, None, "This tablet server's id; required, unique in the cluster, >= 0."
+    "tablet-server.id",
+    int,
+    None,
+    "This tablet server's id; required (here or as --server-id, which wins), unique in the cluster, >= 0.",
 )
 TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
-    "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
+    "tablet-server.rack",
+    str,
+    None,
+    "Rack of this tablet server: registered with the coordinator and shown by DescribeCluster / strom "
+    "status (replica placement does not use it yet).",
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
 # without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
@@ -772,7 +794,11 @@ METRICS_REPORTER_PROMETHEUS_PORT: ConfigOption[str] = ConfigOption(
     "first free port (several servers on one host).",
 )
 KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
-    "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
+    "kafka.enabled",
+    bool,
+    False,
+    "Whether to serve the Kafka protocol. Strom does not: a server with kafka.enabled: true refuses to "
+    "start.",
 )
 
 SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
@@ -849,6 +875,19 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         KAFKA_ENABLED,
     ]
 )
+
+# Server options Fluss users may have in their server.yaml that Strom accepts and ignores: a server
+# that finds one set logs, at start-up, that it has no effect and why.
+ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
+    KV_ROCKSDB_BLOCK_CACHE_SIZE.key: "each kv tablet uses RocksDB's default block cache; sizing it is not "
+    "built yet",
+    KV_ROCKSDB_WRITE_BATCH_SIZE.key: "each kv write request reaches RocksDB as one WriteBatch, whatever its "
+    "size",
+    LOG_FILE_PREALLOCATE.key: "log segment files grow as they are written; nothing is preallocated",
+    LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL.key: "the recovery point is checkpointed when a flush completes, "
+    "not on a timer",
+    REMOTE_FS_WRITE_BUFFER_SIZE.key: "remote files are written through fsspec, which buffers on its own",
+}
 
 # ----------------------------------------------------------------------------------- table options
 
@@ -1324,20 +1363,24 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 )
 
 # ----------------------------------------------------------------------------------- connector options
-# Set in Spark TBLPROPERTIES / DDL; the connector turns them into the table descriptor's
-# distribution and primary key. They are never stored as table properties.
+# Fluss's connectors take a table's bucket count and bucket key as options of CREATE TABLE (Flink's
+# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties, and
+# cannot change: AlterTable refuses them, as Fluss's Flink catalog does, rather than keeping them as
+# custom properties that change nothing.
 
 BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
-    "bucket.num", int, None, "Number of buckets; the cluster's default.bucket.number when unset."
+    "bucket.num",
+    int,
+    None,
+    "Number of buckets, fixed at creation (the cluster's default.bucket.number when unset); AlterTable "
+    "refuses it.",
 )
 BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",
     list,
     None,
-    "Comma-separated bucket key columns; defaults to the primary key minus partition keys.",
-)
-PRIMARY_KEY: ConfigOption[list[str] | None] = ConfigOption(
-    "primary.key", list, None, "Comma-separated primary key columns (Spark DDL has no PRIMARY KEY clause)."
+    "Comma-separated bucket key columns, fixed at creation (by default the primary key minus partition "
+    "keys); AlterTable refuses it.",
 )
 
-CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY, PRIMARY_KEY])
+CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY])

@@ -139,7 +139,7 @@ def test_the_generated_docs_list_every_client_option() -> None:
         assert f"| `{key}` |" in docs, key
     for attr in NO_EFFECT:
         line = next(line for line in docs.splitlines() if f"| `{_OPTIONS[attr].key}` |" in line)
-        assert "No effect in Strom" in line, attr
+        assert "**No effect** in Strom" in line, attr
 
 
 def test_setting_an_option_without_effect_is_reported() -> None:

@@ -37,6 +37,7 @@ from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
+from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
@@ -86,6 +87,7 @@ class TabletServer:
         # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
+        check_server_config(self.config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
@@ -123,14 +125,16 @@ class TabletServer:
                     self.config.get(options.LOG_REPLICA_FETCH_WAIT_MAX_TIME).total_seconds() * 1000
                 ),
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
+                min_bytes=int(option_value(self.config, options.LOG_REPLICA_FETCH_MIN_BYTES)),
             ),
             on_replicated=self.tablet_metrics.replicated,
         )
         self.kv_manager = KvManager(
             server_id,
-            remote_data_dir=self.config.get(options.REMOTE_DATA_DIR),
+            remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
             write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
                 replica.bucket, replica.database, replica.table, done.size, seconds
@@ -143,9 +147,14 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
-        remote_root = self.config.get(options.REMOTE_DATA_DIR)
+        remote_root = remote_data_dir(self.config)
         self.remote_logs = (
-            RemoteLogManager(self.replica_manager, remote_root, self._commit_remote_log_manifest)
+            RemoteLogManager(
+                self.replica_manager,
+                remote_root,
+                self._commit_remote_log_manifest,
+                max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+            )
             if remote_root
             else None
         )
@@ -640,6 +649,7 @@ class TabletServer:
             port=node.port,
             incarnation=self.incarnation,
             listeners=node.listeners,
+            rack=self.config.get_optional(options.TABLET_SERVER_RACK),
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:
