@@ -101,6 +101,8 @@ class Sender:
         self._init_task: asyncio.Task[None] | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._stale: set[PhysicalTablePath] = set()
+        # Partitions this sender created for writes, and when (until the metadata shows them).
+        self._created_partitions: dict[PhysicalTablePath, float] = {}
         self._next_refresh = 0.0
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -457,30 +459,51 @@ class Sender:
 
     async def _refresh_partition(self, path: PhysicalTablePath) -> None:
         try:
-            try:
-                await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
-            except PartitionNotExistError:
-                if self.create_partition is None:
-                    raise
-                await self._create_partition(path)
-                await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
-        except PartitionNotExistError:
-            hint = (
-                "it was created but is not visible yet"
-                if self.create_partition is not None
-                else f"create it first, or set {CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED.key}"
-            )
-            self.accumulator.fail_queued(
-                [path],
-                lambda p: PartitionNotExistError(
-                    f"Table partition '{p.partition_name}' of table '{p.table_path}' does not exist; {hint}."
-                ),
-            )
+            visible = await self._partition_visible(path)
         except FlussError as e:
             if e.retriable:
                 log.info("metadata refresh of %s failed: %s", path, e)
             else:  # e.g. a partition value the cluster refuses: the writes that name it fail
+                self._created_partitions.pop(path, None)
                 self.accumulator.fail_queued([path], lambda _p, e=e: e)
+            return
+        if visible:
+            self._created_partitions.pop(path, None)
+            return
+        created = self._created_partitions.get(path)
+        if created is not None and asyncio.get_running_loop().time() - created < self.request_timeout:
+            # Created, but the server asked has not learnt of it yet: the batches stay queued and
+            # the next refresh (REFRESH_INTERVAL later) asks again.
+            return
+        self._created_partitions.pop(path, None)
+        hint = (
+            f"it was created but did not become visible within {self.request_timeout:.0f}s"
+            if created is not None
+            else f"create it first, or set {CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED.key}"
+        )
+        self.accumulator.fail_queued(
+            [path],
+            lambda p: PartitionNotExistError(
+                f"Table partition '{p.partition_name}' of table '{p.table_path}' does not exist; {hint}."
+            ),
+        )
+
+    async def _partition_visible(self, path: PhysicalTablePath) -> bool:
+        """Refresh the partition's metadata, creating the partition first (once) when the cluster
+        does not know it and dynamic creation is on; False while it is not visible."""
+        try:
+            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            return True
+        except PartitionNotExistError:
+            if self.create_partition is None or path in self._created_partitions:
+                return False
+        await self._create_partition(path)
+        self._created_partitions[path] = asyncio.get_running_loop().time()
+        try:
+            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            return True
+        except PartitionNotExistError:
+            return False
 
     async def _create_partition(self, path: PhysicalTablePath) -> None:
         """Create the partition a write names, as Fluss's client does: the spec comes from the
