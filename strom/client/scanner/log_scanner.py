@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["EARLIEST_OFFSET", "LogScanner"]
 
 BucketKey = int | tuple[int, int] | TableBucket
+# One kind of key per mapping (Mapping is invariant in its keys): end_offsets()'s TableBucket keys fit.
+_Key = TypeVar("_Key", bound=BucketKey)
 
 class LogScanner(AsyncClosing):
     def __init__(self, table: Table, plan: ReadPlan, startup: StartupSpec | None = None) -> None:
@@ -198,7 +200,7 @@ class LogScanner(AsyncClosing):
             self._fetcher.drop(lambda c: c.bucket == bucket)
             position.offset = offset
 
-    def stop_at(self, end_offsets: Mapping[BucketKey, int]) -> None:
+    def stop_at(self, end_offsets: Mapping[_Key, int]) -> None:
         """Stop subscribed buckets at these offsets (exclusive): a bounded read of ``[start, end)``."""
         for key, end in end_offsets.items():
             bucket = self._bucket(key)
