@@ -149,3 +149,11 @@ def test_setting_an_option_without_effect_is_reported() -> None:
     assert ClientConfig.from_dict({}).no_effect_settings() == []
     # the connection logs them as a warning when it is created
     assert "client_config.no_effect_settings()" in (ROOT / "strom/client/connection.py").read_text()
+
+
+def test_client_id_names_the_connection_in_log_lines() -> None:
+    from strom.client.connection import Connection
+
+    named = Connection(ClientConfig.from_dict({"client.id": "ingest-7"}), None, None)  # type: ignore[arg-type]
+    assert repr(named) == "Connection(ingest-7@127.0.0.1:9123)"
+    assert repr(Connection(ClientConfig(), None, None)) == "Connection(127.0.0.1:9123)"  # type: ignore[arg-type]

@@ -3,8 +3,9 @@
 Each round it (1) obtains a writer id first when the writer is idempotent, (2) asks the accumulator
 which leaders have ready buckets, (3) drains them into one ProduceLog request per leader and table
 (one batch per bucket), builds the batch bytes in drain order and sends them without waiting for
-the answers, and (4) sleeps until something changes: an append, an answer, a refresh, or the next
-linger or retry deadline.
+the answers, and (4) goes round again at once when it sent something (a bucket's next batches may
+go out too, up to client.writer.max-inflight-requests-per-bucket unanswered), else sleeps until
+something changes: an append, an answer, a refresh, or the next linger or retry deadline.
 
 Answers are handled per bucket, as Fluss's writer does:
 
@@ -17,8 +18,10 @@ Answers are handled per bucket, as Fluss's writer does:
 
 NETWORK, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TABLE_OR_BUCKET and LEADER_NOT_AVAILABLE also refresh the
 metadata of the affected tables; buckets without a known leader are refreshed as well, at most once
-per `REFRESH_INTERVAL`. A partition that turns out not to exist fails its queued batches with an
-error naming it.
+per `REFRESH_INTERVAL`. A partition that turns out not to exist is created through the admin API
+when client.writer.dynamic-create-partition.enabled is on (its batches wait until the metadata
+shows it, for up to client.request-timeout); with the option off its queued batches fail with an
+error naming it and the option.
 """
 
 from __future__ import annotations
