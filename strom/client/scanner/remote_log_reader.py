@@ -69,7 +69,15 @@ class RemoteLogReader:
         self._forget_behind(tablet_dir, {s.remote_log_segment_id for s in ahead})
         for segment in ahead:
             self._download(tablet_dir, segment)
-        local = await asyncio.shield(self._segments[tablet_dir][listed[0].remote_log_segment_id])
+        segments = self._segments[tablet_dir]
+        first_id = listed[0].remote_log_segment_id
+        download = segments[first_id]
+        try:
+            local = await asyncio.shield(download)
+        except OSError:
+            if segments.get(first_id) is download:
+                del segments[first_id]  # the next read downloads it again
+            raise
         start = info.first_start_pos if info.HasField("first_start_pos") else 0
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, _read_batches, local, start, fetch_offset)
@@ -143,9 +151,14 @@ def _retrieve(future: asyncio.Future[Path]) -> None:
 def _download(remote: str, target: Path) -> Path:
     """Copy one remote segment file to `target` (written aside first, so a torn copy is never read)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fs, fs_path = fsspec.core.url_to_fs(remote)
     partial = target.with_suffix(".part")
-    fs.get_file(fs_path, str(partial))
+    try:
+        fs, fs_path = fsspec.core.url_to_fs(remote)
+        fs.get_file(fs_path, str(partial))
+    except OSError:
+        raise
+    except Exception as e:  # file systems raise their own errors; the reader reports OSError
+        raise OSError(f"cannot download {remote}: {e}") from e
     os.replace(partial, target)
     return target
 
