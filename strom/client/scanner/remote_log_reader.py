@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 # Bytes read from a local copy per fetch (grown until it holds a whole batch).
 REMOTE_READ_BYTES = 4 * 1024 * 1024
+# Longest `close` waits for downloads under way before removing the local copies.
+CLOSE_WAIT = 30.0
 
 
 def remote_segment_path(tablet_dir: str, segment: pb.PbRemoteLogSegment) -> str:
@@ -136,8 +138,19 @@ class RemoteLogReader:
         self._closed = True
         pending = [f for segments in self._segments.values() for f in segments.values()]
         self._segments.clear()
-        # Downloads under way finish in their threads; wait for them, then remove every copy.
-        await asyncio.gather(*pending, return_exceptions=True)
+        # Downloads under way finish in their threads (they cannot be interrupted); wait for them
+        # for a while, then remove every copy.
+        unfinished: set[asyncio.Future[Path]] = set()
+        if pending:
+            _, unfinished = await asyncio.wait(pending, timeout=CLOSE_WAIT)
+        if unfinished:
+            log.warning(
+                "%d remote log segment download(s) still running after %.0fs; their copies may be left "
+                "in %s",
+                len(unfinished),
+                CLOSE_WAIT,
+                self._dir,
+            )
         self._executor.shutdown(wait=False)
         if self._dir is not None:
             await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, self._dir, True)
