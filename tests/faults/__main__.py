@@ -13,7 +13,7 @@ from pathlib import Path
 from types import FrameType
 
 from .campaign import Settings, run
-from .nemesis import EXTRA_KINDS, KINDS
+from .nemesis import KINDS
 
 
 def interrupted(signum: int, frame: FrameType | None) -> None:
@@ -43,9 +43,9 @@ def main() -> int:
     if args.minutes is None and args.rounds is None:
         args.minutes = 5.0
     kinds = [k for k in args.kinds.split(",") if k]
-    unknown = sorted(set(kinds) - set(KINDS) - set(EXTRA_KINDS))
+    unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
-        parser.error(f"unknown nemesis kinds {unknown}; known: {KINDS + EXTRA_KINDS}")
+        parser.error(f"unknown nemesis kinds {unknown}; known: {KINDS}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGINT, interrupted)

@@ -11,7 +11,7 @@ Kinds (every one picks its victims from the round's random generator, so a seed 
 - kill_bucket    SIGKILL of every replica of a bucket at once, restarted at the heal
 - power_cut      SIGKILL of a tablet server and loss of its writes that were not fsynced (LazyMount)
 - rolling_restart  SIGTERM and restart of each tablet server in turn, each back in step before the next
-- power_cut_pause  (KIP-966's case; not in the default set) one replica of a bucket paused while the
+- power_cut_pause  (KIP-966's case) one replica of a bucket paused while the
                  other two lose their unsynced writes in a power cut and restart; the paused one, which
                  holds every acknowledged record, resumes after its session expired
 - alter_one_way  AddColumn while the coordinators' packets to a tablet server are dropped for longer than
@@ -44,10 +44,8 @@ KINDS = [
     "kill_bucket",
     "power_cut",
     "rolling_restart",
+    "power_cut_pause",
 ]
-# scenarios run only when asked for (--kinds): power_cut_pause loses acknowledged records without
-# eligible leader replicas (KIP-966), which this campaign exists to show
-EXTRA_KINDS = ["power_cut_pause"]
 
 
 @dataclass
