@@ -184,7 +184,15 @@ class TieringService:
             self._released(assignment, "failed")
             return
         beating.cancel()
-        response = await self._heartbeat(finished=(assignment, stats))
+        try:
+            response = await self._heartbeat(finished=(assignment, stats))
+        except FlussError as e:
+            # the lake holds the round (its snapshot carries the offsets); when the table is handed out
+            # again the next round starts from there. Raised, this ended the service's loop while its
+            # process lived on, tiering nothing (found by tests/faults: ZooKeeper isolated mid-round)
+            log.warning("could not tell the coordinator that %s is finished: %s", assignment.path, e)
+            self._released(assignment, "finished, not acknowledged by the coordinator")
+            return
         if response.finished_table_resp and response.finished_table_resp[0].HasField("error"):
             log.warning(
                 "coordinator refused to finish %s: %s",
