@@ -78,7 +78,12 @@ async def strom_run(
     read_server_cpu, read_client_cpu = cpu_seconds(server) - server_cpu, cpu_seconds() - client_cpu
     await connection.close()
     return StromRun(
-        write_seconds, read_seconds, result.num_rows, write_server_cpu, write_client_cpu, read_server_cpu,
+        write_seconds,
+        read_seconds,
+        result.num_rows,
+        write_server_cpu,
+        write_client_cpu,
+        read_server_cpu,
         read_client_cpu,
     )
 
