@@ -40,6 +40,7 @@ from strom.server.coordinator.metadata_service import MetadataService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.store.base import MetadataStore, TableRecord
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +96,40 @@ WAIT_UNTIL_READY = (ApiKey.GET_METADATA, ApiKey.CREATE_TABLE, ApiKey.CREATE_PART
 
 
 class ActiveCoordinator:
+    @classmethod
+    async def create(
+        cls,
+        *,
+        store: MetadataStore,
+        config: Configuration,
+        node: pb.PbServerNode,
+        data_dir: Path,
+        pool: ConnectionPool,
+        liveness: Callable[[ActiveCoordinator], Liveness],
+        security: SecurityLayer,
+    ) -> ActiveCoordinator:
+        """Take over `store`: bump the coordinator epoch (which fences the previous coordinator's
+        writes) and make sure the default database exists. Nothing here blocks the event loop."""
+        ordered = OrderedStore(store)
+        epoch = await ordered.bump_coordinator_epoch()
+        active = cls(
+            store=ordered,
+            coordinator_epoch=epoch,
+            config=config,
+            node=node,
+            data_dir=data_dir,
+            pool=pool,
+            liveness=liveness,
+            security=security,
+        )
+        await active.metadata.ensure_default_database()
+        return active
+
     def __init__(
         self,
         *,
-        store: MetadataStore,
+        store: OrderedStore,
+        coordinator_epoch: int,
         config: Configuration,
         node: pb.PbServerNode,
         data_dir: Path,
@@ -110,13 +141,12 @@ class ActiveCoordinator:
         self.config = config
         self.node = node
         self.pool = pool
-        self.coordinator_epoch = store.bump_coordinator_epoch()
+        self.coordinator_epoch = coordinator_epoch
         self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
         self.controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
         self.failure_detector = FailureDetector(self._confirmed_dead)
         self.liveness = liveness(self)
         self.metadata = MetadataService(store, self.config, self.membership, self.controller, node)
-        self.metadata.ensure_default_database()
         self.auto_partitions = AutoPartitionManager(self.metadata)
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
@@ -252,11 +282,11 @@ class ActiveCoordinator:
         self.lake.on_table_altered(old, record)
         await self.auto_partitions.check_table(record)
 
-    def _table_dropped(self, table_id: int) -> None:
-        self.lake.on_table_dropped(table_id)
-        self.kv_snapshots.drop_table(table_id)
-        self.remote_logs.drop_table(table_id)
-        self.auto_increment.drop_table(table_id)
+    async def _table_dropped(self, table_id: int) -> None:
+        await self.lake.on_table_dropped(table_id)
+        await self.kv_snapshots.drop_table(table_id)
+        await self.remote_logs.drop_table(table_id)
+        await self.auto_increment.drop_table(table_id)
 
     async def _create_lake_table(self, info: TableInfo) -> None:
         """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""

@@ -21,7 +21,8 @@ from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.membership import Membership
-from strom.server.store.base import BucketAssignment, MetadataStore
+from strom.server.store.base import BucketAssignment
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def assign_replicas(
 class Controller:
     def __init__(
         self,
-        store: MetadataStore,
+        store: OrderedStore,
         membership: Membership,
         pool: ConnectionPool,
         coordinator_epoch: int,
@@ -188,7 +189,7 @@ class Controller:
                     changed.append(a)
                 hosted.append(a)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info("server %d leads %d leaderless bucket(s) again", server_id, len(changed))
         # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
         # learns its tables' current schemas before it leads or follows them again.
@@ -240,7 +241,7 @@ class Controller:
                     )
                 )
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
         if not still_registered:
             await self.broadcast_servers()
@@ -301,7 +302,7 @@ class Controller:
                     result.bucket_epoch = a.bucket_epoch
                     result.coordinator_epoch = self.coordinator_epoch
             if accepted:
-                self.store.put_buckets(accepted)
+                await self.store.put_buckets(accepted)
                 for a in accepted:
                     log.info(
                         "ISR of table %d bucket %d (partition %s) is now %s",
