@@ -54,6 +54,12 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--large", action="store_true", help="a bigger run (minutes instead of about one)")
     p.add_argument("--runs", type=int, default=3, help="runs of each measurement; the median is reported")
     p.add_argument("--json", action="store_true", help="print rows as JSON lines (for bench/run_all.py)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest run, one of each measurement: it shows the benchmark still works (the test "
+        "suite runs it), its figures mean nothing",
+    )
     return p
 
 

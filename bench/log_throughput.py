@@ -150,6 +150,8 @@ def main() -> None:
     p.add_argument("--buckets", type=int, default=2)
     p.add_argument("--columns", type=int, default=20, help="columns of the Arrow batches")
     args = p.parse_args()
+    if args.smoke:
+        args.mb, args.runs = 2, 1
     # batches of ~2 MB, what pyfluss's writer.batch-size (2 MiB) sends as one batch
     sample = wide_batch(1000, args.columns)
     batch = wide_batch(max(1000, 2_000_000 * 1000 // sample.nbytes), args.columns)

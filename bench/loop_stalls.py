@@ -48,6 +48,7 @@ from strom.server.launcher import ServerProcess, free_port
 from strom.server.zookeeper.local_server import LocalZooKeeper, zookeeper_installed
 
 PROBE_INTERVAL_S = 0.005
+SMOKE = False  # --smoke: every scenario, as briefly as it can run
 SNAPSHOT_INTERVAL_S = 4.0
 RETENTION_CHECK_S = 4.0
 PROBE_REQUEST = pb.ApiVersionsRequest(client_software_name="loop-stalls", client_software_version="0")
@@ -121,7 +122,7 @@ async def retention_scenario(
 async def drop_scenario(bootstrap: str, host: str, port: int, megabytes: int) -> list[float]:
     async with await Connection.create({"bootstrap.servers": bootstrap}) as connection:
         await write_log_table(connection, "drop_stall", megabytes, None)
-        probing = asyncio.create_task(probe(host, port, 3.0))
+        probing = asyncio.create_task(probe(host, port, 1.0 if SMOKE else 3.0))
         await asyncio.sleep(0.5)
         await connection.get_admin().drop_table("fluss.drop_stall")
         return await probing
@@ -134,7 +135,7 @@ async def crash_recovery_scenario(bootstrap: str, server: ServerProcess, megabyt
     server.start()
     while True:  # probe from the first moment the restarted server accepts connections
         try:
-            return await probe(server.host, server.port, 5.0)
+            return await probe(server.host, server.port, 1.0 if SMOKE else 5.0)
         except NetworkError:
             await asyncio.sleep(0.01)
 
@@ -169,18 +170,18 @@ SCENARIOS = ("kv snapshot", "retention", "drop table", "tiering", "crash recover
 
 
 def main() -> None:
-    global SNAPSHOT_INTERVAL_S, RETENTION_CHECK_S
+    global SNAPSHOT_INTERVAL_S, RETENTION_CHECK_S, SMOKE
     p = parser(__doc__)
     p.add_argument("--rows", type=int, default=400_000, help="rows upserted before the kv snapshot")
     p.add_argument("--megabytes", type=int, default=150, help="log MB written before retention / drop")
     p.add_argument("--tables", type=int, default=100, help="CreateTables of the DDL storm on ZooKeeper")
     p.add_argument("--only", nargs="+", choices=SCENARIOS, help="run only these scenarios")
-    p.add_argument("--smoke", action="store_true", help="the smallest run: that it completes, not figures")
     args = p.parse_args()
     scale = 3 if args.large else 1
     if args.smoke:
         args.rows, args.megabytes, args.tables = 2_000, 2, 4
         SNAPSHOT_INTERVAL_S = RETENTION_CHECK_S = 1.0
+        SMOKE = True
     wanted = set(args.only or SCENARIOS)
     config = {
         "kv.snapshot.interval": f"{SNAPSHOT_INTERVAL_S:g}s",

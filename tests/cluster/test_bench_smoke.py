@@ -1,0 +1,50 @@
+"""Every benchmark script still runs: each once at its smallest size (`--smoke`), as its own process,
+as a person or `bench/run_all.py` would start it. It asserts that the run completes and, for the
+benchmarks run_all tabulates, that it printed its result rows; it says nothing about the figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+from run_all import BENCHMARKS  # noqa: E402
+
+# scripts that print a report of their own rather than run_all's JSON rows
+OWN_REPORT = ["failover", "fuzz"]
+SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("common", "run_all"))
+
+
+def test_every_script_is_covered() -> None:
+    assert sorted([*BENCHMARKS, *OWN_REPORT]) == SCRIPTS, "a new bench script needs a smoke run here"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_runs_at_its_smallest_size(name: str) -> None:
+    args = ["--smoke"] if name in OWN_REPORT else ["--smoke", "--json"]
+    result = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), *args], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, (
+        f"bench/{name}.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    if name in BENCHMARKS:
+        rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        assert rows, f"bench/{name}.py printed no result rows:\n{result.stdout[-2000:]}"
+        assert all(row["strom"] > 0 and row["reference"] > 0 for row in rows), rows
+
+
+def test_run_all_collects_the_rows_of_the_benchmarks_it_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH / "run_all.py"), "--smoke", "--only", "write_latency"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "bench/write_latency.py: 2 row(s)" in result.stdout, result.stdout[-3000:]
