@@ -20,8 +20,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import fsspec
-
 from strom.client.backoff import Backoff
 from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
@@ -35,6 +33,7 @@ from strom.common.errors import (
     NetworkError,
     error_for_code,
 )
+from strom.common.file_io import load_file_io
 from strom.common.table_bucket import TableBucket
 from strom.common.table_path import TablePath
 from strom.record.arrow_batch import decode_arrow_batch
@@ -206,7 +205,16 @@ class LogFetcher:
                     fetch_offset = offsets.get(bucket)
                     if fetch_offset is None:
                         continue
-                    completed = self._complete(bucket, fetch_offset, answer)
+                    remote: bytes | OSError = b""
+                    if answer.HasField("remote_log_fetch_info"):
+                        # a download from remote storage: in a thread, never on the event loop
+                        try:
+                            remote = await asyncio.get_running_loop().run_in_executor(
+                                None, read_remote_segment, answer.remote_log_fetch_info
+                            )
+                        except OSError as e:
+                            remote = e
+                    completed = self._complete(bucket, fetch_offset, answer, remote)
                     if completed is not None:
                         self.completed.append(completed)
             self._node_failures.pop(node_id, None)
@@ -240,8 +248,14 @@ class LogFetcher:
     # ------------------------------------------------------------------ answers
 
     def _complete(
-        self, bucket: TableBucket, fetch_offset: int, answer: pb.PbFetchLogRespForBucket
+        self,
+        bucket: TableBucket,
+        fetch_offset: int,
+        answer: pb.PbFetchLogRespForBucket,
+        remote: bytes | OSError = b"",
     ) -> CompletedFetch | None:
+        """One bucket's answer; `remote`: the batches of its remote segment, read by the caller (or
+        why they could not be read)."""
         hwm = answer.high_watermark if answer.HasField("high_watermark") else -1
         log_start = answer.log_start_offset if answer.HasField("log_start_offset") else -1
         if answer.HasField("error_code") and answer.error_code != 0:
@@ -259,19 +273,18 @@ class LogFetcher:
         completed = CompletedFetch(bucket, fetch_offset, high_watermark=hwm, log_start_offset=log_start)
         records = answer.records if answer.HasField("records") else b""
         if answer.HasField("remote_log_fetch_info"):
-            try:
-                records = read_remote_segment(answer.remote_log_fetch_info)
-            except OSError as e:
+            if isinstance(remote, OSError):
                 return CompletedFetch(
                     bucket,
                     fetch_offset,
                     error=FlussError(
                         f"Bucket {bucket} of '{self.table_path}' at offset {fetch_offset}: cannot read its "
-                        f"remote (tiered) log segment: {e}"
+                        f"remote (tiered) log segment: {remote}"
                     ),
                     high_watermark=hwm,
                     log_start_offset=log_start,
                 )
+            records = remote
         if records:
             try:
                 self._decode(completed, records, stop)
@@ -377,10 +390,10 @@ def read_remote_segment(info: pb.PbRemoteLogFetchInfo) -> bytes:
     # Fluss's remote layout: <tablet dir>/<segment id>/<base offset, 20 digits>.log
     name = f"{segment.remote_log_start_offset:020d}.log"
     path = f"{info.remote_log_tablet_dir}/{segment.remote_log_segment_id}/{name}"
-    fs, fs_path = fsspec.core.url_to_fs(path)
+    location = load_file_io(path)
     start = info.first_start_pos if info.HasField("first_start_pos") else 0
     size = REMOTE_READ_BYTES
-    with fs.open(fs_path, "rb") as f:
+    with location.fs.open(location.path, "rb") as f:
         while True:
             f.seek(start)
             data = f.read(size)

@@ -213,17 +213,27 @@ class ActiveCoordinator:
         self.failure_detector.watch(server)
         await self.controller.on_server_registered(server.server_id)
 
-    async def servers_dead(self, servers: list[LiveServer]) -> None:
-        """These servers (already out of the membership) are gone: move their leadership."""
+    async def servers_dead(self, servers: list[LiveServer], still_listed: bool = False) -> None:
+        """These servers are gone: move their leadership. `still_listed`: they are still in the
+        membership, and leave it once the store holds their buckets' new leaders (see _confirmed_dead)."""
         for server in servers:
             self.failure_detector.unwatch(server.server_id)
+
+        def leave() -> None:
+            for server in servers:
+                self.membership.remove(server.server_id, server.session_id)
+
+        ids = {s.server_id for s in servers}
+        await self.controller.on_servers_dead(ids, moved=leave if still_listed else None)
         await self.liveness.forget(servers)
-        await self.controller.on_servers_dead({s.server_id for s in servers})
 
     async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
-        server = self.membership.remove(server_id, session_id)
-        if server is not None:
-            await self.servers_dead([server])
+        # The server stays listed until its leadership has moved: the store write takes a moment now
+        # that it is off the event loop, and a Metadata answer of that moment naming a leader missing
+        # from its own server list makes pyfluss 1.0 stop writing to the bucket for good.
+        server = self.membership.servers.get(server_id)
+        if server is not None and server.session_id == session_id:
+            await self.servers_dead([server], still_listed=True)
 
     def _when_ready(self, handler: Handler) -> Handler:
         async def gated(request: Any, ctx: RequestContext) -> Message:

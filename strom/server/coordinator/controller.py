@@ -196,11 +196,13 @@ class Controller:
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
-    async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
+    async def on_servers_dead(
+        self, server_ids: set[int], still_registered: bool = False, moved: Callable[[], None] | None = None
+    ) -> None:
         """Move leadership away from dead servers to live ISR members (or leave the bucket offline).
 
         `still_registered`: the ids are registered again already (restarted processes), so they get
-        the new leadership too, as followers.
+        the new leadership too, as followers. `moved` runs once the store holds the new leadership.
         """
         async with self.lock:
             live = set(self.membership.servers) - server_ids
@@ -243,6 +245,8 @@ class Controller:
             if changed:
                 await self.store.put_buckets(changed)
                 log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
+            if moved is not None:
+                moved()
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)

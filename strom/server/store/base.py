@@ -1,8 +1,9 @@
 """The coordinator's metadata store: the single source of truth for the cluster's metadata.
 
-`MetadataStore` is the interface; `SqliteMetadataStore` is the embedded default (one file under the
-coordinator's data directory). A ZooKeeper implementation, for clusters that need more than one
-coordinator, would plug in behind the same interface; it is not built yet.
+`MetadataStore` is the interface, synchronous; `SqliteMetadataStore` is the embedded default (one
+file under the coordinator's data directory), `ZooKeeperMetadataStore` the one for clusters of more
+than one coordinator. The coordinator never calls a store's writes from its event loop: it holds the
+store through `OrderedStore` (ordered.py), which runs them on a thread of their own.
 """
 
 from __future__ import annotations
