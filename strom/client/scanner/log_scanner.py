@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["EARLIEST_OFFSET", "LogScanner"]
 
 BucketKey = int | tuple[int, int] | TableBucket
+# One kind of key per mapping (Mapping is invariant in its keys): end_offsets()'s TableBucket keys fit.
+_Key = TypeVar("_Key", bound=BucketKey)
 
 # Open scanners per connection, closed with it so no fetch outlives the connection.
 _OPEN: weakref.WeakKeyDictionary[Connection, weakref.WeakSet[LogScanner]] = weakref.WeakKeyDictionary()
@@ -219,7 +221,7 @@ class LogScanner(AsyncClosing):
             self._fetcher.drop(lambda c: c.bucket == bucket)
             position.offset = offset
 
-    def stop_at(self, end_offsets: Mapping[BucketKey, int]) -> None:
+    def stop_at(self, end_offsets: Mapping[_Key, int]) -> None:
         """Stop subscribed buckets at these offsets (exclusive): a bounded read of ``[start, end)``."""
         for key, end in end_offsets.items():
             bucket = self._bucket(key)
@@ -230,7 +232,7 @@ class LogScanner(AsyncClosing):
                 raise ValueError(f"end offset {end} must not be negative")
             position.stop = end
             # Already fetched rows past the new stop must not come out.
-            self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+            self._fetcher.drop(_fetched_from(bucket))
 
     def positions(self) -> dict[TableBucket, int]:
         """The next offset to read per subscribed bucket (-2 until the first answer for an earliest start)."""
@@ -413,7 +415,7 @@ class LogScanner(AsyncClosing):
                 position = self._positions.get(bucket)
                 if position is not None and (position.stop is None or end < position.stop):
                     position.stop = end
-                    self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+                    self._fetcher.drop(_fetched_from(bucket))
         if any(p.stop is None for p in self._positions.values()):
             raise ValueError("iter_batches needs a stop offset for every bucket (stop_at or to_end=True)")
         while not self.finished:
@@ -431,3 +433,8 @@ class LogScanner(AsyncClosing):
 
     def __repr__(self) -> str:
         return f"LogScanner({self.table.path}, {len(self._positions)} buckets)"
+
+
+def _fetched_from(bucket: TableBucket) -> Callable[[CompletedFetch], bool]:
+    """Matches answers of `bucket`; binds it now, for calls inside a loop over buckets."""
+    return lambda c: c.bucket == bucket

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from google.protobuf.message import Message
@@ -180,8 +180,8 @@ class Sender:
         if not task.cancelled() and task.exception() is not None:
             log.error("writer send task failed", exc_info=task.exception())
 
-    def _spawn_side(self, work: object) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]
+    def _spawn_side(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
         self._side_tasks.add(task)
 
         def done(t: asyncio.Task[None]) -> None:

@@ -15,6 +15,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.security.acl import (
     AclBinding,
+    AclEntry,
     AclFilter,
     OperationType,
     Resource,
@@ -44,7 +45,7 @@ class AclService:
             security.authorizer.replace_all(self._load())
 
     def _load(self) -> list[AclBinding]:
-        bindings = []
+        bindings: list[AclBinding] = []
         for key, value in self.store.list_documents(DOCUMENT_PREFIX):
             type_name, _, name = key[len(DOCUMENT_PREFIX) :].partition("/")
             resource = Resource(ResourceType[type_name], name)
@@ -62,7 +63,7 @@ class AclService:
             session.principal, session.host, OperationType.ALL, resource.acl_owner()
         )
 
-    async def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset) -> None:
+    async def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset[AclEntry]) -> None:
         if entries:
             await self.store.put_document(_document_key(resource), encode_entries(set(entries)))
         else:

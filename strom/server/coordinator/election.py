@@ -19,7 +19,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import suppress
 from typing import Any
 
@@ -46,7 +46,7 @@ class CoordinatorElection:
         config: Configuration,
         node: pb.PbServerNode,
         on_elected: Callable[[Any, Any], Awaitable[None]],
-        on_lost: Callable[[], Awaitable[None]],
+        on_lost: Callable[[], Coroutine[Any, Any, None]],  # run as a task
     ) -> None:
         self.config = config
         self.node = node

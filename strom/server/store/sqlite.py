@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from strom.server.store.base import (
     BucketAssignment,
@@ -84,11 +85,11 @@ class SqliteMetadataStore(MetadataStore):
                 finally:
                     self._writer = None
 
-    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self.transaction():
             return self._db.execute(sql, args)
 
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         if self._writer == threading.get_ident():  # inside this thread's transaction: see its writes
             return self._db.execute(sql, args).fetchall()
         with self._read_lock:
