@@ -112,18 +112,22 @@ class ActiveCoordinator:
         """Take over `store`: bump the coordinator epoch (which fences the previous coordinator's
         writes) and make sure the default database exists. Nothing here blocks the event loop."""
         ordered = OrderedStore(store)
-        epoch = await ordered.bump_coordinator_epoch()
-        active = cls(
-            store=ordered,
-            coordinator_epoch=epoch,
-            config=config,
-            node=node,
-            data_dir=data_dir,
-            pool=pool,
-            liveness=liveness,
-            security=security,
-        )
-        await active.metadata.ensure_default_database()
+        try:
+            epoch = await ordered.bump_coordinator_epoch()
+            active = cls(
+                store=ordered,
+                coordinator_epoch=epoch,
+                config=config,
+                node=node,
+                data_dir=data_dir,
+                pool=pool,
+                liveness=liveness,
+                security=security,
+            )
+            await active.metadata.ensure_default_database()
+        except BaseException:
+            await ordered.close()  # the store and its thread: nothing else holds them
+            raise
         return active
 
     def __init__(
