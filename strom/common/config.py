@@ -764,9 +764,11 @@ KV_ROCKSDB_IDLE_FLUSH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
 KV_OPEN_CONCURRENCY: ConfigOption[int] = ConfigOption(
     "kv.open.concurrency",
     int,
-    4,
+    2,
     "(Strom) KV tablets a tablet server opens (restores and replays) at once when it becomes the "
-    "leader of their buckets; the others wait for a turn, and a write waits only for its own tablet.",
+    "leader of their buckets; the others wait for a turn, and a write waits only for its own tablet. "
+    "RocksDB opens overlap only partly (the rocksdict binding holds Python's GIL while RocksDB "
+    "creates or opens a database): 100 opens took 5.3 s with 1, 4.1 s with 2, 3.2 s with 4.",
 )
 KV_ROCKSDB_WRITE_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "kv.rocksdb.write-batch-size", MemorySize, MemorySize(2 << 20), "Bytes buffered per RocksDB write batch."

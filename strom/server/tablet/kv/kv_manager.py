@@ -87,7 +87,7 @@ class KvManager:
         remote_data_dir: str | None = None,
         snapshot_num_retained: int = 2,
         rocksdb: SharedRocksDb | None = None,
-        open_concurrency: int = 4,
+        open_concurrency: int = 2,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
         on_snapshot: Callable[[Replica, CompletedSnapshot, float], None] = lambda replica, done, seconds: (
