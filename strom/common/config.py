@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -479,7 +480,11 @@ AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "effect cluster-wide within this time.",
 )
 DATA_DIR: ConfigOption[str] = ConfigOption(
-    "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
+    "data.dir",
+    str,
+    "/tmp/fluss-data",
+    "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
+    "without ZooKeeper); --data-dir overrides it.",
 )
 REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
@@ -492,7 +497,8 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     "remote.data.dirs",
     list,
     [],
-    "Several remote data directories; new tables are spread over them. Overrides remote.data.dir.",
+    "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
+    "one directory is accepted and a list of several is refused at start-up.",
 )
 ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
@@ -519,28 +525,45 @@ ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     fallback_keys=("recovery.zookeeper.client.connection-timeout",),
 )
 COORDINATOR_HOST: ConfigOption[str | None] = ConfigOption(
-    "coordinator.host", str, None, "Deprecated in Fluss in favour of bind.listeners: the coordinator's host."
+    "coordinator.host",
+    str,
+    None,
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
     "coordinator.port",
     str,
     "9123",
-    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port.",
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port (used when neither --port "
+    "nor bind.listeners is given).",
 )
 TABLET_SERVER_HOST: ConfigOption[str | None] = ConfigOption(
     "tablet-server.host",
     str,
     None,
-    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host.",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 TABLET_SERVER_PORT: ConfigOption[str] = ConfigOption(
-    "tablet-server.port", str, "0", "Deprecated in Fluss in favour of bind.listeners: a tablet server's port."
+    "tablet-server.port",
+    str,
+    "0",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's port (used when neither --port "
+    "nor bind.listeners is given; 0 picks a free one).",
 )
 TABLET_SERVER_ID: ConfigOption[int | None] = ConfigOption(
-    "tablet-server.id", int, None, "This tablet server's id; required, unique in the cluster, >= 0."
+    "tablet-server.id",
+    int,
+    None,
+    "This tablet server's id; required (here or as --server-id, which wins), unique in the cluster, >= 0.",
 )
 TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
-    "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
+    "tablet-server.rack",
+    str,
+    None,
+    "Rack of this tablet server: registered with the coordinator and shown by DescribeCluster / strom "
+    "status (replica placement does not use it yet).",
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
 # without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
@@ -821,7 +844,11 @@ METRICS_REPORTER_PROMETHEUS_PORT: ConfigOption[str] = ConfigOption(
     "first free port (several servers on one host).",
 )
 KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
-    "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
+    "kafka.enabled",
+    bool,
+    False,
+    "Whether to serve the Kafka protocol. Strom does not: a server with kafka.enabled: true refuses to "
+    "start.",
 )
 
 SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
@@ -904,6 +931,17 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         KAFKA_ENABLED,
     ]
 )
+
+# Server options Fluss users may have in their server.yaml that Strom accepts and ignores: a server
+# that finds one set logs, at start-up, that it has no effect and why.
+ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
+    KV_ROCKSDB_WRITE_BATCH_SIZE.key: "each kv write request reaches RocksDB as one WriteBatch, whatever its "
+    "size",
+    LOG_FILE_PREALLOCATE.key: "log segment files grow as they are written; nothing is preallocated",
+    LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL.key: "the recovery point is checkpointed when a flush completes, "
+    "not on a timer",
+    REMOTE_FS_WRITE_BUFFER_SIZE.key: "remote files are written through fsspec, which buffers on its own",
+}
 
 # ----------------------------------------------------------------------------------- table options
 
@@ -1227,8 +1265,136 @@ CLIENT_LOOKUP_BATCH_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "Longest a lookup waits to be batched with others.",
 )
 
+BOOTSTRAP_SERVERS: ConfigOption[list[str]] = ConfigOption(
+    "bootstrap.servers",
+    list,
+    ["127.0.0.1:9123"],  # what `strom local` prints, and pyfluss's default
+    "host:port pairs for the first connection; the client learns the whole cluster from them.",
+)
+CLIENT_ID: ConfigOption[str] = ConfigOption("client.id", str, "", "A name for this client in server logs.")
+CLIENT_WRITER_BUFFER_PAGE_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.buffer.page-size", MemorySize, MemorySize(128 << 10), "Size of one writer buffer page."
+)
+CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.buffer.per-request-memory-size",
+    MemorySize,
+    MemorySize(16 << 20),
+    "Memory the writer allocates at once for one request's batches.",
+)
+CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta | None] = ConfigOption(
+    "client.writer.buffer.wait-timeout",
+    timedelta,
+    None,
+    "Longest a write blocks waiting for buffer memory; unset means no limit.",
+)
+CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.writer.dynamic-batch-size.enabled",
+    bool,
+    True,
+    "Size new batches from recent write sizes, between the page size and client.writer.batch-size.",
+)
+CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.writer.dynamic-create-partition.enabled",
+    bool,
+    True,
+    "Create a missing partition when a row is written to it.",
+)
+CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE: ConfigOption[timedelta] = ConfigOption(
+    "client.writer.kv-backpressure.max-throttle",
+    timedelta,
+    timedelta(milliseconds=3000),
+    "Upper bound of the per-bucket delay applied when the server reports KV write pressure.",
+)
+CLIENT_SCANNER_LOG_CHECK_CRC: ConfigOption[bool] = ConfigOption(
+    "client.scanner.log.check-crc", bool, True, "Check the CRC of every fetched record batch."
+)
+CLIENT_SCANNER_LOG_READ_PREFERENCE: ConfigOption[str] = ConfigOption(
+    "client.scanner.log.read-preference",
+    str,
+    "local-first",
+    "Where a log scanner prefers to read from: local-first or remote-first.",
+)
+CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM: ConfigOption[int] = ConfigOption(
+    "client.scanner.remote-log.prefetch-num", int, 4, "Remote log segments downloaded ahead of the reader."
+)
+CLIENT_SCANNER_IO_TMPDIR: ConfigOption[str] = ConfigOption(
+    "client.scanner.io.tmpdir",
+    str,
+    f"{tempfile.gettempdir()}/fluss",
+    "Local directory for downloaded log segments and kv snapshot files.",
+)
+CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM: ConfigOption[int] = ConfigOption(
+    "client.remote-file.download-thread-num", int, 3, "Parallel downloads of remote files."
+)
+CLIENT_LOOKUP_QUEUE_SIZE: ConfigOption[int] = ConfigOption(
+    "client.lookup.queue-size", int, 25600, "Most lookups waiting to be sent."
+)
+CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS: ConfigOption[int] = ConfigOption(
+    "client.lookup.max-inflight-requests", int, 128, "Most unanswered lookup requests."
+)
+CLIENT_LOOKUP_MAX_RETRIES: ConfigOption[int] = ConfigOption(
+    "client.lookup.max-retries", int, (1 << 31) - 1, "Retries of a lookup that failed with a retriable error."
+)
+CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
+    "client.security.protocol", str, "PLAINTEXT", "PLAINTEXT, or SASL for SASL/PLAIN authentication."
+)
+CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
+    "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
+)
+CLIENT_SASL_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.jaas.config",
+    str,
+    None,
+    "JAAS line carrying username and password (older form of the two options below).",
+)
+CLIENT_SASL_USERNAME: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.username", str, None, "SASL/PLAIN user name."
+)
+CLIENT_SASL_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.password", str, None, "SASL/PLAIN password."
+)
+CLIENT_FS_TOKEN_RENEWAL_BACKOFF: ConfigOption[timedelta] = ConfigOption(
+    "client.filesystem.security.token.renewal.backoff",
+    timedelta,
+    timedelta(hours=1),
+    "Wait before asking again for a file-system token after a failure.",
+)
+CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO: ConfigOption[float] = ConfigOption(
+    "client.filesystem.security.token.renewal.time-ratio",
+    float,
+    0.75,
+    "Share of a file-system token's lifetime after which it is renewed.",
+)
+CLIENT_METRICS_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.metrics.enabled", bool, False, "Collect client metrics."
+)
+
 CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
     [
+        BOOTSTRAP_SERVERS,
+        CLIENT_ID,
+        CLIENT_WRITER_BUFFER_PAGE_SIZE,
+        CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE,
+        CLIENT_WRITER_BUFFER_WAIT_TIMEOUT,
+        CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED,
+        CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED,
+        CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE,
+        CLIENT_SCANNER_LOG_CHECK_CRC,
+        CLIENT_SCANNER_LOG_READ_PREFERENCE,
+        CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM,
+        CLIENT_SCANNER_IO_TMPDIR,
+        CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM,
+        CLIENT_LOOKUP_QUEUE_SIZE,
+        CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS,
+        CLIENT_LOOKUP_MAX_RETRIES,
+        CLIENT_SECURITY_PROTOCOL,
+        CLIENT_SASL_MECHANISM,
+        CLIENT_SASL_JAAS_CONFIG,
+        CLIENT_SASL_USERNAME,
+        CLIENT_SASL_PASSWORD,
+        CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
+        CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
+        CLIENT_METRICS_ENABLED,
         CLIENT_WRITER_BATCH_SIZE,
         CLIENT_WRITER_BATCH_TIMEOUT,
         CLIENT_WRITER_BUFFER_MEMORY_SIZE,
@@ -1251,20 +1417,24 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 )
 
 # ----------------------------------------------------------------------------------- connector options
-# Set in Spark TBLPROPERTIES / DDL; the connector turns them into the table descriptor's
-# distribution and primary key. They are never stored as table properties.
+# Fluss's connectors take a table's bucket count and bucket key as options of CREATE TABLE (Flink's
+# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties, and
+# cannot change: AlterTable refuses them, as Fluss's Flink catalog does, rather than keeping them as
+# custom properties that change nothing.
 
 BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
-    "bucket.num", int, None, "Number of buckets; the cluster's default.bucket.number when unset."
+    "bucket.num",
+    int,
+    None,
+    "Number of buckets, fixed at creation (the cluster's default.bucket.number when unset); AlterTable "
+    "refuses it.",
 )
 BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",
     list,
     None,
-    "Comma-separated bucket key columns; defaults to the primary key minus partition keys.",
-)
-PRIMARY_KEY: ConfigOption[list[str] | None] = ConfigOption(
-    "primary.key", list, None, "Comma-separated primary key columns (Spark DDL has no PRIMARY KEY clause)."
+    "Comma-separated bucket key columns, fixed at creation (by default the primary key minus partition "
+    "keys); AlterTable refuses it.",
 )
 
-CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY, PRIMARY_KEY])
+CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY])

@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
+from strom.common.lake_enablement import cluster_lake_format
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
@@ -124,7 +125,7 @@ class ActiveCoordinator:
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake: LakeService = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
         self.metadata.on_table_created = self._table_created
-        if self.config.get_optional(options.DATALAKE_FORMAT) is not None:
+        if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots: KvSnapshotService = KvSnapshotService(store, self.config)
         self.remote_logs: RemoteLogService = RemoteLogService(store)

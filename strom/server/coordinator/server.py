@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -38,8 +38,13 @@ from strom.security.listeners import ListenerSettings
 from strom.server.coordinator.active import HANDLERS, ActiveCoordinator
 from strom.server.coordinator.embedded_liveness import EmbeddedLiveness
 from strom.server.rpc_listeners import ListenerGroup
+from strom.server.server_options import check_server_config
 from strom.server.store.sqlite import SqliteMetadataStore
 from strom.server.tablet.acl_sync import AclSync
+
+if TYPE_CHECKING:
+    # kazoo is imported only when zookeeper.address is set
+    from strom.server.coordinator.election import CoordinatorElection
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,7 @@ class CoordinatorServer:
         self.host = host
         self.data_dir = data_dir
         self.config = Configuration(config)
+        check_server_config(self.config)
         data_dir.mkdir(parents=True, exist_ok=True)
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -59,7 +65,7 @@ class CoordinatorServer:
         self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
         self.active: ActiveCoordinator | None = None
         self._activation = asyncio.Lock()
-        self.election: Any = None  # strom.server.coordinator.election.CoordinatorElection, with ZooKeeper
+        self.election: CoordinatorElection | None = None  # with ZooKeeper, from start()
         self.metrics = Metrics("coordinator")
         self.metrics_server: MetricsServer | None = None
         register_coordinator_metrics(self.metrics, lambda: self.active)
@@ -157,7 +163,7 @@ class CoordinatorServer:
             raise LeaderNotAvailableError(
                 "no coordinator is active at the moment (starting, or electing a new one); retry shortly"
             )
-        return target  # type: ignore[no-any-return]
+        return target
 
     async def _active_request(self, key: ApiKey, request: Message, timeout: float | None = None) -> Any:
         return await self.pool.request(*self._active_address(), key, request, timeout=timeout)
@@ -166,7 +172,7 @@ class CoordinatorServer:
         active = self.active
         if active is not None:
             return await active.handlers[key](request, ctx)
-        return await self._active_request(key, request)  # type: ignore[no-any-return]
+        return await self._active_request(key, request)
 
     async def _mirror_acls(self) -> None:
         assert self._acl_mirror is not None

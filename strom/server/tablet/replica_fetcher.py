@@ -38,6 +38,7 @@ class FetcherSettings:
     max_bytes_per_bucket: int
     max_wait_ms: int
     backoff: float
+    min_bytes: int = 1
 
 
 class ReplicaFetcherManager:
@@ -184,7 +185,7 @@ class ReplicaFetcherManager:
             follower_server_id=self.server_id,
             max_bytes=s.max_bytes,
             max_wait_ms=s.max_wait_ms if max_wait_ms is None else max_wait_ms,
-            min_bytes=1,
+            min_bytes=s.min_bytes,
         )
         by_table: dict[int, pb.PbFetchLogReqForTable] = {}
         for bucket, replica in buckets.items():

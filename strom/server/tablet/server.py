@@ -14,7 +14,7 @@ import logging
 import secrets
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -37,6 +37,7 @@ from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
+from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
@@ -51,6 +52,10 @@ from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherM
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 from strom.server.tablet.replica_status import describe_replicas
 from strom.server.tablet.schema_history import load_schema_history
+
+if TYPE_CHECKING:
+    # kazoo is imported only when zookeeper.address is set
+    from strom.server.tablet.zk_registration import ZooKeeperRegistration
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,7 @@ class TabletServer:
         # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
+        check_server_config(self.config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
@@ -124,15 +130,17 @@ class TabletServer:
                     self.config.get(options.LOG_REPLICA_FETCH_WAIT_MAX_TIME).total_seconds() * 1000
                 ),
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
+                min_bytes=int(option_value(self.config, options.LOG_REPLICA_FETCH_MIN_BYTES)),
             ),
             on_replicated=self.tablet_metrics.replicated,
         )
         self.kv_manager = KvManager(
             server_id,
-            remote_data_dir=self.config.get(options.REMOTE_DATA_DIR),
+            remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
             rocksdb=SharedRocksDb(RocksDbSettings.from_config(self.config)),
             open_concurrency=self.config.get(options.KV_OPEN_CONCURRENCY),
+            recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
                 replica.bucket, replica.database, replica.table, done.size, seconds
@@ -145,9 +153,14 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
-        remote_root = self.config.get(options.REMOTE_DATA_DIR)
+        remote_root = remote_data_dir(self.config)
         self.remote_logs = (
-            RemoteLogManager(self.replica_manager, remote_root, self._commit_remote_log_manifest)
+            RemoteLogManager(
+                self.replica_manager,
+                remote_root,
+                self._commit_remote_log_manifest,
+                max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+            )
             if remote_root
             else None
         )
@@ -160,7 +173,7 @@ class TabletServer:
         self._refreshed: dict[int, float] = {}  # table id -> when `_refresh_table` last asked
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
-        self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
+        self.zookeeper: ZooKeeperRegistration | None = None  # with zookeeper.address, from start()
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
         self.leader_epochs = LeaderEpochService(self.replica_manager)
@@ -274,7 +287,7 @@ class TabletServer:
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
         if self.zookeeper is not None:
-            return await self.zookeeper.coordinator_epoch()  # type: ignore[no-any-return]
+            return await self.zookeeper.coordinator_epoch()
         response = await self._coordinator_request(
             ApiKey.TABLET_SERVER_HEARTBEAT,
             internal.TabletServerHeartbeatRequest(server_id=self.server_id, session_id=self.session_id or 0),
@@ -649,6 +662,7 @@ class TabletServer:
             port=node.port,
             incarnation=self.incarnation,
             listeners=node.listeners,
+            rack=self.config.get_optional(options.TABLET_SERVER_RACK),
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:

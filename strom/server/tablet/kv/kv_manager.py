@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from strom.common.errors import InvalidConfigError, KvStorageError, NotLeaderOrFollowerError
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
-from strom.server.tablet.kv.recovery import iter_recover
+from strom.server.tablet.kv.recovery import DEFAULT_READ_BYTES, iter_recover
 from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.kv.snapshot import (
     CompletedSnapshot,
@@ -58,7 +58,10 @@ IDLE_FLUSH_MIN_BYTES = 1 << 20
 CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[None]]
 
 
-def _close_opened(done: asyncio.Future[tuple[object, object, KvTablet]]) -> None:
+_Restored = tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]
+
+
+def _close_opened(done: asyncio.Future[_Restored]) -> None:
     if not done.cancelled() and done.exception() is None:
         done.result()[2].close()
 
@@ -88,6 +91,7 @@ class KvManager:
         snapshot_num_retained: int = 2,
         rocksdb: SharedRocksDb | None = None,
         open_concurrency: int = 2,
+        recover_read_bytes: int = DEFAULT_READ_BYTES,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
         on_snapshot: Callable[[Replica, CompletedSnapshot, float], None] = lambda replica, done, seconds: (
@@ -101,6 +105,7 @@ class KvManager:
         if open_concurrency < 1:
             raise InvalidConfigError(f"kv.open.concurrency must be at least 1, not {open_concurrency}")
         self.open_concurrency = open_concurrency
+        self.recover_read_bytes = recover_read_bytes  # changelog bytes read per replay step
         self.executor = executor
         # RocksDB opens and restores get threads of their own, so that a thousand of them queued at
         # leadership never hold up the default executor's other blocking work; one thread more than
@@ -140,9 +145,11 @@ class KvManager:
             return
         task = asyncio.get_running_loop().create_task(self._open_in_turn(replica), name=f"kv-open {bucket}")
         self._scheduled[bucket] = task
-        task.add_done_callback(
-            lambda t, b=bucket: self._scheduled.pop(b, None) if self._scheduled.get(b) is t else None
-        )
+        task.add_done_callback(lambda done: self._unschedule(bucket, done))
+
+    def _unschedule(self, bucket: TableBucket, done: asyncio.Task[None]) -> None:
+        if self._scheduled.get(bucket) is done:
+            del self._scheduled[bucket]
 
     async def _open_in_turn(self, replica: Replica) -> None:
         async with self._open_turns:
@@ -221,7 +228,7 @@ class KvManager:
         store = self.snapshot_store(replica)
         log_end = log_tablet.log_end_offset
 
-        def restore_and_open() -> tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]:
+        def restore_and_open() -> _Restored:
             # Rebuilt from scratch each leadership: the local database may be ahead of a truncated log.
             shutil.rmtree(kv_dir, ignore_errors=True)
             snapshot = snapshotter = None
@@ -255,7 +262,9 @@ class KvManager:
         row_count = 0 if snapshot is None else snapshot.row_count
         kv.use_schemas(replica.schema_history)
         try:
-            for _ in iter_recover(kv, log_tablet, start, row_count):
+            for _ in iter_recover(
+                kv, log_tablet, start, row_count, read_bytes=self.recover_read_bytes
+            ):
                 await asyncio.sleep(0)  # let other buckets' requests run between chunks
         except BaseException:
             kv.close()
