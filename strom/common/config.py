@@ -787,7 +787,7 @@ KV_ROCKSDB_IDLE_FLUSH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
 KV_OPEN_CONCURRENCY: ConfigOption[int] = ConfigOption(
     "kv.open.concurrency",
     int,
-    2,
+    4,
     "(Strom) KV tablets a tablet server opens (restores and replays) at once when it becomes the "
     "leader of their buckets; the others wait for a turn, and a write waits only for its own tablet. "
     "RocksDB opens overlap only partly (the rocksdict binding holds Python's GIL while RocksDB "

@@ -90,7 +90,7 @@ class KvManager:
         remote_data_dir: str | None = None,
         snapshot_num_retained: int = 2,
         rocksdb: SharedRocksDb | None = None,
-        open_concurrency: int = 2,
+        open_concurrency: int = 4,
         recover_read_bytes: int = DEFAULT_READ_BYTES,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
