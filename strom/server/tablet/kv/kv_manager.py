@@ -165,7 +165,7 @@ class KvManager:
                 )
 
     def opening(self) -> int:
-        """Tablets waiting for their turn or opening (a gauge, and for tests)."""
+        """Tablets waiting for their turn to open or opening now."""
         return len(self._scheduled.keys() | self._opening.keys())
 
     async def leader_tablet(self, replica: Replica) -> KvTablet:
