@@ -17,7 +17,7 @@ sys.path.insert(0, str(BENCH))
 from run_all import BENCHMARKS  # noqa: E402
 
 # scripts that print a report of their own rather than run_all's JSON rows
-OWN_REPORT = ["failover", "fuzz"]
+OWN_REPORT = ["failover", "fuzz", "kv_scale"]
 # scripts that print rows but are not Strom figures, so run_all leaves them out
 ROWS_ONLY = ["lazyfs_overhead"]
 SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("common", "run_all"))
