@@ -217,15 +217,13 @@ def _decode_leaf(leaf: Any, column_types: dict[int, Any] | None) -> Leaf:
         function = LeafFunction(leaf.function)
     except ValueError:
         raise ValueError(f"unknown leaf function {leaf.function}") from None
+    # IN and NOT_IN take any number of literals: `x IN ()` is well formed and matches no row, as
+    # Fluss's In evaluates it
     count = len(leaf.literals)
-    if function in _NO_LITERAL:
-        expected_ok, expected = count == 0, "no literal"
-    elif function in _LITERAL_SET:
-        expected_ok, expected = count >= 1, "at least one literal"
-    else:
-        expected_ok, expected = count == 1, "exactly one literal"
-    if not expected_ok:
-        raise ValueError(f"{function.name} takes {expected}, got {count}")
+    if function in _NO_LITERAL and count != 0:
+        raise ValueError(f"{function.name} takes no literal, got {count}")
+    if function not in _NO_LITERAL | _LITERAL_SET and count != 1:
+        raise ValueError(f"{function.name} takes exactly one literal, got {count}")
     if column_types is not None:
         data_type = column_types.get(leaf.field_id)
         if data_type is None:

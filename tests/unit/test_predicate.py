@@ -111,7 +111,6 @@ def test_malformed_predicates_are_refused() -> None:
         "EQUAL takes exactly one literal, got 0": leaf(LeafFunction.EQUAL, 10),
         "EQUAL takes exactly one literal, got 2": leaf(LeafFunction.EQUAL, 10, bigint, bigint),
         "IS_NULL takes no literal, got 1": leaf(LeafFunction.IS_NULL, 10, bigint),
-        "IN takes at least one literal, got 0": leaf(LeafFunction.IN, 10),
         "unknown column id 99": leaf(LeafFunction.EQUAL, 99, bigint),
         "a VARCHAR literal for column id 10": leaf(
             LeafFunction.EQUAL,
@@ -139,6 +138,8 @@ def test_malformed_predicates_are_refused() -> None:
     for message, bad in malformed.items():
         with pytest.raises(InvalidScanRequestError, match=re.escape(message)):
             predicate_from_pb(bad, types)
+    # `id IN ()` is well formed and matches nothing, as the client's `col("id").is_in([])` means
+    assert mask(leaf(LeafFunction.IN, 10)) == [False, False, False, False]
     # CHAR and STRING literals are interchangeable, as in Fluss
     char = pb.PbLiteralValue(literal_type=LiteralType.CHAR, is_null=False, string_value="apple")
     assert predicate_from_pb(leaf(LeafFunction.EQUAL, 11, char), types) == Leaf(
