@@ -188,7 +188,9 @@ def main() -> None:
     # pyfluss and the tablet server share this machine's cores: even a server that spent no more CPU
     # per GB than the file append itself could not append faster than this.
     cores = os.cpu_count() or 1
-    ceiling_mbps = cores * 1000 / (per_gb("write_client_cpu") + file_per_gb)
+    # a run too small for the CPU clock's 10 ms ticks (--smoke) can measure no CPU at all
+    cpu_per_gb = per_gb("write_client_cpu") + file_per_gb
+    ceiling_mbps = cores * 1000 / cpu_per_gb if cpu_per_gb else float("inf")
     report(
         [
             Row(
