@@ -16,6 +16,7 @@ from strom.common.errors import (
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
 )
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
@@ -133,9 +134,13 @@ class Controller:
         # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
         # usually find it already leading; a leader that does not answer in time does not hold them up.
         leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
+        # spawned: a leader slower than the timeout is still told, and an error of its call still seen
+        first = [
+            spawn(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]), name="notify-leader-first")
+            for s in leaders
+        ]
         if first:
-            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+            await asyncio.wait(first, timeout=LEADERS_FIRST_TIMEOUT)
         await asyncio.gather(
             *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
         )
