@@ -276,14 +276,21 @@ def tiering(
         metrics = Metrics("tiering")
         service = TieringService(settings, split_runner, TieringMetrics(metrics))
         reporter = start_reporter(metrics, Configuration(config), host)
+        from strom.common.supervision import Policy, supervise
+        from strom.metrics.supervision import register_supervision_metrics
+
+        register_supervision_metrics(metrics)
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(service.run(stop)), asyncio.create_task(metrics.refresh_state())]
+        # run() ends only when stopped, or with what it cannot go on after: then the process exits
+        # non-zero (strom.common.supervision) and whoever runs it starts it again
+        running = supervise(lambda: service.run(stop), name="tiering service", policy=Policy.FATAL)
+        refreshing = supervise(metrics.refresh_state, name="metrics")
 
         class Running:
             async def stop(self) -> None:
                 stop.set()
-                await tasks[0]
-                tasks[1].cancel()
+                await running
+                refreshing.cancel()
                 if reporter is not None:
                     reporter.close()
 
@@ -474,7 +481,7 @@ def local(
     if tiering_process is not None:
         tiering_process.start()  # Spark takes a few seconds; the cluster is usable meanwhile
         servers.append(tiering_process)
-    cluster = {
+    cluster: dict[str, Any] = {
         "bootstrap": bootstrap,
         "servers": [
             {
@@ -505,6 +512,10 @@ def local(
         console.print(f"  spark: {spark_cluster.master_url}, master UI http://{spark_cluster.master.ui}")
     console.print("  Ctrl-C stops it.")
     sys.stdout.flush()
+    # The tiering service exits non-zero when it cannot go on (strom.common.supervision): start it
+    # again, waiting longer after each exit so that a service that cannot start does not spin.
+    tiering_restarts = 0
+    tiering_restart_at: float | None = None
     try:
         while not stopping:
             for server in servers:
@@ -519,6 +530,20 @@ def local(
                         f"{server.log_path}[/yellow]"
                     )
                     server.process = None
+                    if server is tiering_process:
+                        delay = min(60.0, 2.0**tiering_restarts)
+                        tiering_restarts += 1
+                        tiering_restart_at = time.monotonic() + delay
+                        console.print(f"[yellow]restarting the tiering service in {delay:.0f}s[/yellow]")
+            due = tiering_restart_at is not None and time.monotonic() >= tiering_restart_at
+            if tiering_process is not None and due:
+                tiering_restart_at = None
+                tiering_process.start()
+                for entry in cluster["servers"]:
+                    if entry["role"] == TIERING:
+                        entry["pid"] = tiering_process.pid
+                local_cluster.write_cluster_json(data_dir, cluster)
+                console.print(f"tiering service restarted: pid {tiering_process.pid}")
             time.sleep(0.2)
     finally:
         console.print("stopping the cluster")
