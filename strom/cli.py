@@ -7,20 +7,10 @@ import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import click
-
-from strom.server.launcher import (
-    TABLET_SERVER,
-    TIERING,
-    ServerProcess,
-    free_port,
-    wait_for_tablet_servers,
-    wait_until_serving,
-)
 
 
 def parse_config_file(path: Path) -> dict[str, str]:
@@ -56,6 +46,7 @@ def _setup_logging(level: str) -> None:
 def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
     import uvloop
 
+    from strom.common.errors import InvalidConfigError
     from strom.server.allocator import keep_large_allocations_on_the_heap
 
     keep_large_allocations_on_the_heap()
@@ -63,7 +54,7 @@ def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
         try:
             server = await coroutine_factory()
-        except OSError as e:  # e.g. the port is taken: say so, without a traceback
+        except (OSError, InvalidConfigError) as e:  # e.g. the port is taken: say so, without a traceback
             logging.getLogger("strom").error("cannot start: %s", e)
             sys.exit(1)
         stop = asyncio.Event()
@@ -92,30 +83,50 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=9123, show_default=True, type=int)
+@click.option("--host", default=None, help="Overrides bind.listeners (default 127.0.0.1).")
+@click.option("--port", default=None, type=int, help="Overrides bind.listeners (default 9123).")
 @click.option(
-    "--data-dir", default="strom-data/coordinator", show_default=True, type=click.Path(path_type=Path)
+    "--data-dir",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Where the coordinator keeps its metadata; overrides data.dir.",
 )
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
 def coordinator(
-    host: str,
-    port: int,
-    data_dir: Path,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
 ) -> None:
-    """Run a coordinator server."""
+    """Run a coordinator server (a Fluss server.yaml alone is enough: --config-file)."""
+    from strom.common import config as options
+    from strom.common.config import Configuration
+    from strom.common.errors import InvalidConfigError
+    from strom.server import server_options
     from strom.server.coordinator.server import CoordinatorServer
 
     _setup_logging(log_level)
-    config = {**(parse_config_file(config_file) if config_file else {}), **parse_config_pairs(config_pairs)}
+    file_config = parse_config_file(config_file) if config_file else {}
+    try:
+        host, port, config = server_options.listen_address(
+            host,
+            port,
+            file_config,
+            parse_config_pairs(config_pairs),
+            options.COORDINATOR_HOST,
+            options.COORDINATOR_PORT,
+            "127.0.0.1",
+        )
+        directory = server_options.data_dir(data_dir, Configuration(config))
+    except InvalidConfigError as e:
+        raise click.UsageError(str(e)) from None
 
     async def start() -> CoordinatorServer:
-        server = CoordinatorServer(host=host, port=port, data_dir=data_dir, config=config)
+        server = CoordinatorServer(host=host, port=port, data_dir=directory, config=config)
         await server.start()
         return server
 
@@ -123,47 +134,70 @@ def coordinator(
 
 
 @main.command("tablet-server")
-@click.option("--server-id", required=True, type=int)
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=0, show_default=True, type=int, help="0 picks a free port.")
-@click.option("--data-dir", required=True, type=click.Path(path_type=Path))
+@click.option("--server-id", default=None, type=int, help="Overrides tablet-server.id (one is required).")
+@click.option("--host", default=None, help="Overrides bind.listeners (default 127.0.0.1).")
+@click.option("--port", default=None, type=int, help="Overrides bind.listeners; 0 picks a free port.")
+@click.option(
+    "--data-dir",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Where the tablet server keeps its data; overrides data.dir.",
+)
 @click.option(
     "--coordinator",
     "coordinator_address",
     metavar="HOST:PORT",
-    help="The coordinator (required unless --config zookeeper.address=... is given).",
+    help="The coordinator (required unless zookeeper.address is configured).",
 )
 @config_file_option
 @config_option
 @click.option("--log-level", default="info", show_default=True)
 def tablet_server(
-    server_id: int,
-    host: str,
-    port: int,
-    data_dir: Path,
+    server_id: int | None,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
     coordinator_address: str | None,
     config_file: Path | None,
     config_pairs: tuple[str, ...],
     log_level: str,
 ) -> None:
-    """Run a tablet server."""
+    """Run a tablet server (a Fluss server.yaml alone is enough: --config-file)."""
+    from strom.common import config as options
+    from strom.common.config import Configuration
+    from strom.common.errors import InvalidConfigError
+    from strom.server import server_options
     from strom.server.tablet.server import TabletServer
 
     _setup_logging(log_level)
-    config = {**(parse_config_file(config_file) if config_file else {}), **parse_config_pairs(config_pairs)}
+    file_config = parse_config_file(config_file) if config_file else {}
+    try:
+        host, port, config = server_options.listen_address(
+            host,
+            port,
+            file_config,
+            parse_config_pairs(config_pairs),
+            options.TABLET_SERVER_HOST,
+            options.TABLET_SERVER_PORT,
+            "127.0.0.1",
+        )
+        directory = server_options.data_dir(data_dir, Configuration(config))
+        server_id = server_options.tablet_server_id(server_id, Configuration(config))
+    except InvalidConfigError as e:
+        raise click.UsageError(str(e)) from None
     coordinator: tuple[str, int] | None = None
     if coordinator_address:
         coordinator_host, _, coordinator_port = coordinator_address.rpartition(":")
         coordinator = (coordinator_host, int(coordinator_port))
     elif "zookeeper.address" not in config:
-        raise click.UsageError("give --coordinator HOST:PORT, or --config zookeeper.address=HOST:PORT")
+        raise click.UsageError("give --coordinator HOST:PORT, or configure zookeeper.address")
 
     async def start() -> TabletServer:
         server = TabletServer(
             server_id=server_id,
             host=host,
             port=port,
-            data_dir=data_dir,
+            data_dir=directory,
             coordinator=coordinator,
             config=config,
         )
@@ -299,23 +333,6 @@ def tiering(
     _run_server(start)
 
 
-def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
-    """The lake `strom local` sets up under its data directory (Fluss's datalake.<format>.* names)."""
-    lake = data_dir / "lake"
-    if lake_format == "iceberg":
-        return {
-            "datalake.format": "iceberg",
-            "datalake.iceberg.type": "sql",
-            "datalake.iceberg.uri": f"sqlite:///{lake / 'iceberg_catalog.db'}",
-            "datalake.iceberg.warehouse": f"file://{lake / 'iceberg'}",
-        }
-    return {
-        "datalake.format": "paimon",
-        "datalake.paimon.metastore": "filesystem",
-        "datalake.paimon.warehouse": str(lake / "paimon"),
-    }
-
-
 @main.command()
 @click.option("--data-dir", default="strom-data", show_default=True, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True)
@@ -323,13 +340,16 @@ def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
 @click.option("--tablet-servers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--lake-format",
-    type=click.Choice(["iceberg", "paimon"]),
-    default="iceberg",
-    show_default=True,
-    help="The embedded lake that tiering writes to (unless --config datalake.format=... is given).",
+    type=click.Choice(["iceberg", "paimon", "none"]),
+    default=None,
+    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, or none "
+    "(the default with --no-tiering: new tables get no lake format). --config datalake.format=... wins.",
 )
 @click.option(
-    "--tiering/--no-tiering", default=True, show_default=True, help="Start the Spark tiering service."
+    "--tiering/--no-tiering",
+    default=True,
+    show_default=True,
+    help="Start the Spark tiering service (only when the cluster has a lake).",
 )
 @click.option(
     "--tiering-runner",
@@ -364,7 +384,7 @@ def local(
     host: str,
     port: int,
     tablet_servers: int,
-    lake_format: str,
+    lake_format: str | None,
     tiering: bool,
     tiering_runner: str,
     spark_master: str,
@@ -375,77 +395,37 @@ def local(
     """Run a local cluster: a coordinator, tablet servers and the tiering service, each its own process."""
     from rich.console import Console
 
-    from strom.security.credentials import client_properties
-    from strom.server import local_cluster
+    from strom.server.local_cluster import LocalCluster, LocalClusterError, LocalClusterSettings, port_in_use
+    from strom.server.server_options import unknown_key_warnings
 
-    busy = local_cluster.port_in_use(host, port)
+    busy = port_in_use(host, port)
     if busy is not None:
         # before the data directory is touched: it may be a running cluster's (its cluster.json)
         raise click.ClickException(
             f"{busy}: is another Strom or Fluss cluster running? Stop it, or choose another port with --port."
         )
-    console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
-    data_dir = data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    local_cluster.remove_cluster_json(data_dir)
     user_config = parse_config_pairs(config_pairs)
     if coordinators > 1 and not with_zookeeper and "zookeeper.address" not in user_config:
         raise click.UsageError("several coordinators need ZooKeeper: add --zookeeper")
-    config = {"remote.data.dir": str(data_dir / "remote")}
-    if "datalake.format" not in user_config:
-        config.update(embedded_lake_config(data_dir, lake_format))
-    config.update(user_config)
-    lake_format = config["datalake.format"]
-    lake_prefix = f"datalake.{lake_format}."
-    lake_properties = {k[len(lake_prefix) :]: v for k, v in config.items() if k.startswith(lake_prefix)}
-    logs = data_dir / "logs"
-    zookeeper = None
-    if with_zookeeper:
-        with console.status("starting ZooKeeper"):
-            zookeeper = local_cluster.start_zookeeper(data_dir, host)
-        config["zookeeper.address"] = zookeeper.address
-    coordinator_processes = local_cluster.coordinator_processes(coordinators, host, port, data_dir, config)
-    coordinator_process = coordinator_processes[0]
-    bootstrap = ",".join(c.address for c in coordinator_processes)
-    servers = [*coordinator_processes] + [
-        ServerProcess(
-            TABLET_SERVER,
-            i,
-            host,
-            free_port(host),
-            data_dir / f"tablet-server-{i}",
-            config,
-            # with ZooKeeper, tablet servers find the active coordinator there
-            coordinator=None if "zookeeper.address" in config else coordinator_process.address,
-            log_path=logs / f"tablet-server-{i}.log",
-        )
-        for i in range(tablet_servers)
-    ]
-    # the tiering service logs in as the servers do (a super user) when the cluster uses SASL
-    tiering_config = {k: v for k, v in config.items() if k.startswith("datalake.")}
-    tiering_config.update(client_properties(config))
-    tiering_process = (
-        ServerProcess(
-            TIERING,
-            0,
-            host,
-            0,
-            data_dir / "tiering",
-            tiering_config,
-            coordinator=bootstrap,
-            log_path=logs / "tiering-0.log",
-            extra_args=["--runner", tiering_runner, "--poll-interval", "2"],
-        )
-        if tiering
-        else None
+    console = Console(stderr=False, soft_wrap=True)  # long paths stay on one line in logs and pipes
+    for message in unknown_key_warnings(user_config):  # each server logs it too, but who reads those
+        console.print(f"[yellow]{message}[/yellow]")
+    cluster = LocalCluster(
+        LocalClusterSettings(
+            data_dir=data_dir.resolve(),
+            host=host,
+            port=port,
+            tablet_servers=tablet_servers,
+            lake_format=lake_format,
+            tiering=tiering,
+            tiering_runner=tiering_runner,
+            spark_master=spark_master,
+            with_zookeeper=with_zookeeper,
+            coordinators=coordinators,
+            user_config=user_config,
+        ),
+        status=console.status,
     )
-    spark_cluster = None
-    if spark_master == "standalone":
-        from strom.spark.standalone import start_for_local_cluster
-
-        with console.status("starting a Spark standalone cluster"):
-            spark_cluster = start_for_local_cluster(data_dir, host, tiering_process)
-    local_cluster.serve_metrics([*servers, *([tiering_process] if tiering_process else [])], host)
     stopping = False
 
     def request_stop(signum: int, frame: object) -> None:
@@ -454,108 +434,41 @@ def local(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    tablet_processes = servers[len(coordinator_processes) :]
     try:
-        with console.status("starting the coordinator" + ("s" if coordinators > 1 else "")):
-            for coordinator in coordinator_processes:
-                coordinator.start()
-            for coordinator in coordinator_processes:
-                asyncio.run(wait_until_serving(coordinator))
-        with console.status(f"starting {tablet_servers} tablet server(s)"):
-            for server in tablet_processes:
-                server.start()
-            asyncio.run(
-                wait_for_tablet_servers(
-                    coordinator_process, {s.server_id for s in tablet_processes}, 30.0, tablet_processes
-                )
-            )
-    except (RuntimeError, TimeoutError) as e:
+        cluster.start()
+    except LocalClusterError as e:
         console.print(f"[red]cluster failed to start:[/red] {e}")
-        for server in reversed(servers):
-            server.stop()
-        if spark_cluster is not None:
-            spark_cluster.stop()
-        if zookeeper is not None:
-            zookeeper.stop()
         sys.exit(1)
-    if tiering_process is not None:
-        tiering_process.start()  # Spark takes a few seconds; the cluster is usable meanwhile
-        servers.append(tiering_process)
-    cluster: dict[str, Any] = {
-        "bootstrap": bootstrap,
-        "servers": [
-            {
-                "role": s.role,
-                "id": s.server_id,
-                "host": s.host,
-                "port": s.port if s.role != TIERING else None,
-                "pid": s.pid,
-                **({"metrics": s.metrics_address} if s.metrics_address else {}),
-            }
-            for s in servers
-        ],
-        "datalake": local_cluster.datalake_entry(lake_format, lake_properties),
-    }
-    if spark_cluster is not None:
-        cluster["servers"] += spark_cluster.entries()
-    if "zookeeper.address" in config:
-        cluster["zookeeper"] = config["zookeeper.address"]
-    local_cluster.write_cluster_json(data_dir, cluster)
-    console.print(f"Strom cluster ready. bootstrap.servers = [bold]{bootstrap}[/bold]")
-    if zookeeper is not None:
-        console.print(f"  zookeeper: {zookeeper.address} (pid {zookeeper.pid}), data in {zookeeper.data_dir}")
-    console.print(f"  data: {data_dir}   logs: {logs}   cluster.json: {data_dir / 'cluster.json'}")
-    console.print(f"  lake: {lake_format} {lake_properties}")
-    if tiering_process is not None:
-        console.print(f"  tiering service: pid {tiering_process.pid}, log {tiering_process.log_path}")
-    if spark_cluster is not None:
-        console.print(f"  spark: {spark_cluster.master_url}, master UI http://{spark_cluster.master.ui}")
-    console.print("  Ctrl-C stops it.")
-    sys.stdout.flush()
-    # The tiering service exits non-zero when it cannot go on (strom.common.supervision): start it
-    # again, waiting longer after each exit so that a service that cannot start does not spin.
-    tiering_restarts = 0
-    tiering_restart_at: float | None = None
+    _print_ready(console, cluster)
     try:
-        while not stopping:
-            for server in servers:
-                if (
-                    not server.is_alive()
-                    and server.process is not None
-                    and server.process.returncode is not None
-                ):
-                    code = server.process.returncode
-                    console.print(
-                        f"[yellow]{server.role} {server.server_id} exited ({code}); see "
-                        f"{server.log_path}[/yellow]"
-                    )
-                    server.process = None
-                    if server is tiering_process:
-                        delay = min(60.0, 2.0**tiering_restarts)
-                        tiering_restarts += 1
-                        tiering_restart_at = time.monotonic() + delay
-                        console.print(f"[yellow]restarting the tiering service in {delay:.0f}s[/yellow]")
-            due = tiering_restart_at is not None and time.monotonic() >= tiering_restart_at
-            if tiering_process is not None and due:
-                tiering_restart_at = None
-                tiering_process.start()
-                for entry in cluster["servers"]:
-                    if entry["role"] == TIERING:
-                        entry["pid"] = tiering_process.pid
-                local_cluster.write_cluster_json(data_dir, cluster)
-                console.print(f"tiering service restarted: pid {tiering_process.pid}")
-            time.sleep(0.2)
+        cluster.watch(lambda: stopping, lambda text: console.print(f"[yellow]{text}[/yellow]"))
     finally:
         console.print("stopping the cluster")
-        local_cluster.remove_cluster_json(data_dir)
-        for server in reversed(servers):
-            server.stop()
-        if spark_cluster is not None:
-            spark_cluster.stop()
-        if zookeeper is not None:
-            zookeeper.stop()
+        cluster.stop()
         console.print("stopped")
     os._exit(0)
+
+
+def _print_ready(console: Any, cluster: Any) -> None:
+    data_dir = cluster.data_dir
+    console.print(f"Strom cluster ready. bootstrap.servers = [bold]{cluster.bootstrap}[/bold]")
+    if cluster.zookeeper is not None:
+        zk = cluster.zookeeper
+        console.print(f"  zookeeper: {zk.address} (pid {zk.pid}), data in {zk.data_dir}")
+    console.print(f"  data: {data_dir}   logs: {cluster.logs}   cluster.json: {data_dir / 'cluster.json'}")
+    if cluster.lake_format:
+        console.print(f"  lake: {cluster.lake_format} {cluster.lake_properties}")
+    else:
+        console.print("  lake: none (new tables get no lake format; restart with --lake-format to add one)")
+    if cluster.tiering is not None:
+        console.print(f"  tiering service: pid {cluster.tiering.pid}, log {cluster.tiering.log_path}")
+    elif cluster.settings.tiering and not cluster.lake:
+        console.print("  tiering service: not started, the cluster has no lake")
+    if cluster.spark_cluster is not None:
+        sc = cluster.spark_cluster
+        console.print(f"  spark: {sc.master_url}, master UI http://{sc.master.ui}")
+    console.print("  Ctrl-C stops it.")
+    sys.stdout.flush()
 
 
 def _register_commands() -> None:

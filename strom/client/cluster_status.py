@@ -222,6 +222,9 @@ def build_cluster_status(
         partition_id = b.partition_id if b.HasField("partition_id") else None
         leader = b.leader if b.HasField("leader") else None
         report = reports.get((b.table_id, partition_id, b.bucket_id))
+        log_start: int | None
+        log_end: int | None
+        hw: int | None
         if report is not None and report.leader and leader is not None:
             log_start, log_end, hw = report.log_start_offset, report.log_end_offset, report.high_watermark
             lag = {f.server_id: max(0, log_end - f.log_end_offset) for f in report.followers}

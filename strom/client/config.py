@@ -50,7 +50,7 @@ CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigO
     MemorySize(16 << 20),
     "Memory the writer allocates at once for one request's batches.",
 )
-CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
+CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta | None] = ConfigOption(
     "client.writer.buffer.wait-timeout",
     timedelta,
     None,
@@ -110,16 +110,16 @@ CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
 )
-CLIENT_SASL_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.jaas.config",
     str,
     None,
     "JAAS line carrying username and password (older form of the two options below).",
 )
-CLIENT_SASL_USERNAME: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_USERNAME: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.username", str, None, "SASL/PLAIN user name."
 )
-CLIENT_SASL_PASSWORD: ConfigOption[str] = ConfigOption(
+CLIENT_SASL_PASSWORD: ConfigOption[str | None] = ConfigOption(
     "client.security.sasl.password", str, None, "SASL/PLAIN password."
 )
 CLIENT_FS_TOKEN_RENEWAL_BACKOFF: ConfigOption[timedelta] = ConfigOption(

@@ -136,7 +136,7 @@ class SyncConnection(Closing):
     ) -> LogScanner:
         scan = table.new_scan()
         if projection is not None:
-            names = list(projection)
+            names: list[str | int] = list(projection)
             if all(isinstance(p, str) for p in names):
                 scan = scan.project_by_name([str(p) for p in names])
             else:

@@ -115,12 +115,14 @@ def print_status(cluster: ClusterStatus) -> None:
         tiering = Table(title="Tiering")
         for column in ("table", "state", "epoch", "job", "last heartbeat", "heartbeat age (s)"):
             tiering.add_column(column)
-        for t in cluster.tiering:
-            age = "-" if t.heartbeat_age_ms is None else f"{t.heartbeat_age_ms / 1000:.1f}"
-            holder = "-" if t.job is None else job_label(t.job)
-            if t.job is not None and t.state != "tiering":
+        for tier in cluster.tiering:
+            age = "-" if tier.heartbeat_age_ms is None else f"{tier.heartbeat_age_ms / 1000:.1f}"
+            holder = "-" if tier.job is None else job_label(tier.job)
+            if tier.job is not None and tier.state != "tiering":
                 holder = f"[dim]last: {holder}[/]"
-            tiering.add_row(t.table, t.state, str(t.tiering_epoch), holder, _clock(t.last_heartbeat_ms), age)
+            tiering.add_row(
+                tier.table, tier.state, str(tier.tiering_epoch), holder, _clock(tier.last_heartbeat_ms), age
+            )
         console.print(tiering)
 
     if cluster.tiering_jobs:

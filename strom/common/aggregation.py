@@ -192,21 +192,21 @@ def fold_agg_options(schema: Schema, options: Mapping[str, str]) -> Schema:
     functions: dict[str, AggFunctionType] = {}
     params: dict[str, dict[str, str]] = {}
     param_function: dict[str, str] = {}  # column -> the function its parameters were given for
-    for column, rest, value in _column_options(schema, options):
+    for name, rest, value in _column_options(schema, options):
         if rest == _AGG_SUFFIX[1:]:
             agg_type = AggFunctionType.parse(value)
             if agg_type is None:
                 known = ", ".join(t.value for t in AggFunctionType)
                 raise ValueError(
-                    f"Unknown aggregation function '{value}' in 'fields.{column}.agg'. Supported: {known}."
+                    f"Unknown aggregation function '{value}' in 'fields.{name}.agg'. Supported: {known}."
                 )
-            functions[column] = agg_type
+            functions[name] = agg_type
         else:
-            function, _, param = rest.partition(".")
+            given_function, _, param = rest.partition(".")
             if not param:
-                raise ValueError(f"Option 'fields.{column}.{rest}' is not an aggregation option.")
-            params.setdefault(column, {})[param] = value
-            param_function[column] = function
+                raise ValueError(f"Option 'fields.{name}.{rest}' is not an aggregation option.")
+            params.setdefault(name, {})[param] = value
+            param_function[name] = given_function
     if not functions and not params:
         return schema
     columns = []

@@ -18,9 +18,10 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 T = TypeVar("T")
+D = TypeVar("D")
 E = TypeVar("E", bound=enum.Enum)
 
 # ----------------------------------------------------------------------------------- value types
@@ -216,7 +217,8 @@ class ConfigOption(Generic[T]):
 
     key: str
     type: type
-    default: T | None
+    # An option without a default is declared ConfigOption[X | None], so `get` types it honestly.
+    default: T
     description: str
     # Older keys still read when `key` is absent.
     fallback_keys: tuple[str, ...] = ()
@@ -274,16 +276,29 @@ class Configuration(Mapping[str, str]):
     def contains(self, option: ConfigOption[Any]) -> bool:
         return self._raw(option) is not None
 
-    def get(self, option: ConfigOption[T], default: Any = None) -> T | None:  # type: ignore[override]
+    # A plain key reads like Mapping.get; a ConfigOption reads parsed. Both shapes are overloads so
+    # that this stays a compatible override of Mapping.get, and an option with a default types as T.
+    @overload
+    def get(self, option: str, /) -> str | None: ...
+    @overload
+    def get(self, option: str, default: str, /) -> str: ...
+    @overload
+    def get(self, option: str, default: D, /) -> str | D: ...
+    @overload
+    def get(self, option: ConfigOption[T], /) -> T: ...
+    @overload
+    def get(self, option: ConfigOption[T], default: T, /) -> T: ...
+
+    def get(self, option: str | ConfigOption[Any], default: Any = None) -> Any:
         """The parsed value, else `default` if given, else the option's default.
 
         Raises ValueError naming the key when the stored string does not parse.
         """
         if isinstance(option, str):
-            return cast(T | None, self._values.get(option, default))
+            return self._values.get(option, default)
         raw = self._raw(option)
         if raw is None:
-            return cast(T | None, default) if default is not None else option.default
+            return default if default is not None else option.default
         try:
             return option.parse(raw)
         except ValueError as e:
@@ -401,13 +416,13 @@ DEFAULT_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
     1,
     "Replicas per bucket for tables that set no table.replication.factor.",
 )
-BIND_LISTENERS: ConfigOption[str] = ConfigOption(
+BIND_LISTENERS: ConfigOption[str | None] = ConfigOption(
     "bind.listeners",
     str,
     None,
     "Where the server listens, as comma-separated NAME://host:port entries (e.g. FLUSS://0.0.0.0:9123).",
 )
-ADVERTISED_LISTENERS: ConfigOption[str] = ConfigOption(
+ADVERTISED_LISTENERS: ConfigOption[str | None] = ConfigOption(
     "advertised.listeners",
     str,
     None,
@@ -429,7 +444,7 @@ SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     ["PLAIN"],
     "SASL mechanisms servers accept on SASL listeners; only PLAIN is supported.",
 )
-SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
+SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
     "security.sasl.plain.jaas.config",
     str,
     None,
@@ -437,7 +452,7 @@ SECURITY_SASL_PLAIN_JAAS_CONFIG: ConfigOption[str] = ConfigOption(
     'org.apache.fluss.security.auth.sasl.plain.PlainLoginModule required user_<name>="<password>" ...; '
     "security.sasl.listener.name.<listener>.plain.jaas.config overrides it for one listener.",
 )
-SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str] = ConfigOption(
+SECURITY_SASL_PLAIN_CREDENTIALS: ConfigOption[str | None] = ConfigOption(
     "security.sasl.plain.credentials",
     str,
     None,
@@ -450,7 +465,7 @@ AUTHORIZER_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Whether requests are checked against ACLs; when off every authenticated principal may do anything.",
 )
-SUPER_USERS: ConfigOption[str] = ConfigOption(
+SUPER_USERS: ConfigOption[str | None] = ConfigOption(
     "super.users",
     str,
     None,
@@ -464,9 +479,13 @@ AUTHORIZER_ACL_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "effect cluster-wide within this time.",
 )
 DATA_DIR: ConfigOption[str] = ConfigOption(
-    "data.dir", str, "/tmp/fluss-data", "Local directory holding log segments, kv data and checkpoints."
+    "data.dir",
+    str,
+    "/tmp/fluss-data",
+    "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
+    "without ZooKeeper); --data-dir overrides it.",
 )
-REMOTE_DATA_DIR: ConfigOption[str] = ConfigOption(
+REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
     str,
     None,
@@ -477,9 +496,10 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     "remote.data.dirs",
     list,
     [],
-    "Several remote data directories; new tables are spread over them. Overrides remote.data.dir.",
+    "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
+    "one directory is accepted and a list of several is refused at start-up.",
 )
-ZOOKEEPER_ADDRESS: ConfigOption[str] = ConfigOption(
+ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
     str,
     None,
@@ -503,29 +523,46 @@ ZOOKEEPER_CONNECTION_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "How long to wait for a ZooKeeper connection.",
     fallback_keys=("recovery.zookeeper.client.connection-timeout",),
 )
-COORDINATOR_HOST: ConfigOption[str] = ConfigOption(
-    "coordinator.host", str, None, "Deprecated in Fluss in favour of bind.listeners: the coordinator's host."
+COORDINATOR_HOST: ConfigOption[str | None] = ConfigOption(
+    "coordinator.host",
+    str,
+    None,
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 COORDINATOR_PORT: ConfigOption[str] = ConfigOption(
     "coordinator.port",
     str,
     "9123",
-    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port.",
+    "Deprecated in Fluss in favour of bind.listeners: the coordinator's port (used when neither --port "
+    "nor bind.listeners is given).",
 )
-TABLET_SERVER_HOST: ConfigOption[str] = ConfigOption(
+TABLET_SERVER_HOST: ConfigOption[str | None] = ConfigOption(
     "tablet-server.host",
     str,
     None,
-    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host.",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's host (used when neither --host "
+    "nor bind.listeners is given).",
 )
 TABLET_SERVER_PORT: ConfigOption[str] = ConfigOption(
-    "tablet-server.port", str, "0", "Deprecated in Fluss in favour of bind.listeners: a tablet server's port."
+    "tablet-server.port",
+    str,
+    "0",
+    "Deprecated in Fluss in favour of bind.listeners: a tablet server's port (used when neither --port "
+    "nor bind.listeners is given; 0 picks a free one).",
 )
-TABLET_SERVER_ID: ConfigOption[int] = ConfigOption(
-    "tablet-server.id", int, None, "This tablet server's id; required, unique in the cluster, >= 0."
+TABLET_SERVER_ID: ConfigOption[int | None] = ConfigOption(
+    "tablet-server.id",
+    int,
+    None,
+    "This tablet server's id; required (here or as --server-id, which wins), unique in the cluster, >= 0.",
 )
-TABLET_SERVER_RACK: ConfigOption[str] = ConfigOption(
-    "tablet-server.rack", str, None, "Rack of this tablet server, used to spread replicas."
+TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
+    "tablet-server.rack",
+    str,
+    None,
+    "Rack of this tablet server: registered with the coordinator and shown by DescribeCluster / strom "
+    "status (replica placement does not use it yet).",
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
 # without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
@@ -726,10 +763,10 @@ SERVER_WRITER_ID_EXPIRATION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOpti
     timedelta(minutes=10),
     "How often expired writer ids are removed.",
 )
-DATALAKE_ENABLED: ConfigOption[bool] = ConfigOption(
+DATALAKE_ENABLED: ConfigOption[bool | None] = ConfigOption(
     "datalake.enabled", bool, None, "Whether tables in this cluster may enable lake tiering."
 )
-DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "datalake.format",
     DataLakeFormat,
     None,
@@ -756,7 +793,11 @@ METRICS_REPORTER_PROMETHEUS_PORT: ConfigOption[str] = ConfigOption(
     "first free port (several servers on one host).",
 )
 KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
-    "kafka.enabled", bool, False, "Whether to serve the Kafka protocol (not supported by Strom)."
+    "kafka.enabled",
+    bool,
+    False,
+    "Whether to serve the Kafka protocol. Strom does not: a server with kafka.enabled: true refuses to "
+    "start.",
 )
 
 SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
@@ -834,9 +875,22 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
     ]
 )
 
+# Server options Fluss users may have in their server.yaml that Strom accepts and ignores: a server
+# that finds one set logs, at start-up, that it has no effect and why.
+ACCEPTED_WITHOUT_EFFECT: dict[str, str] = {
+    KV_ROCKSDB_BLOCK_CACHE_SIZE.key: "each kv tablet uses RocksDB's default block cache; sizing it is not "
+    "built yet",
+    KV_ROCKSDB_WRITE_BATCH_SIZE.key: "each kv write request reaches RocksDB as one WriteBatch, whatever its "
+    "size",
+    LOG_FILE_PREALLOCATE.key: "log segment files grow as they are written; nothing is preallocated",
+    LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL.key: "the recovery point is checkpointed when a flush completes, "
+    "not on a timer",
+    REMOTE_FS_WRITE_BUFFER_SIZE.key: "remote files are written through fsspec, which buffers on its own",
+}
+
 # ----------------------------------------------------------------------------------- table options
 
-TABLE_REPLICATION_FACTOR: ConfigOption[int] = ConfigOption(
+TABLE_REPLICATION_FACTOR: ConfigOption[int | None] = ConfigOption(
     "table.replication.factor",
     int,
     None,
@@ -863,14 +917,14 @@ TABLE_KV_FORMAT: ConfigOption[KvFormat] = ConfigOption(
     KvFormat.COMPACTED,
     "Row format of primary-key table values: COMPACTED or INDEXED.",
 )
-TABLE_KV_FORMAT_VERSION: ConfigOption[int] = ConfigOption(
+TABLE_KV_FORMAT_VERSION: ConfigOption[int | None] = ConfigOption(
     "table.kv.format-version",
     int,
     None,
     "Version of the key encoding; new primary-key tables get the current version (2) at creation. "
     "Version 1 encodes keys with the lake format's encoder.",
 )
-TABLE_KV_STANDBY_REPLICA_ENABLED: ConfigOption[bool] = ConfigOption(
+TABLE_KV_STANDBY_REPLICA_ENABLED: ConfigOption[bool | None] = ConfigOption(
     "table.kv.standby-replica.enabled",
     bool,
     None,
@@ -882,7 +936,7 @@ TABLE_AUTO_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Whether the coordinator creates and expires time partitions of this partitioned table itself.",
 )
-TABLE_AUTO_PARTITION_KEY: ConfigOption[str] = ConfigOption(
+TABLE_AUTO_PARTITION_KEY: ConfigOption[str | None] = ConfigOption(
     "table.auto-partition.key",
     str,
     None,
@@ -894,7 +948,7 @@ TABLE_AUTO_PARTITION_TIME_UNIT: ConfigOption[AutoPartitionTimeUnit] = ConfigOpti
     AutoPartitionTimeUnit.DAY,
     "One auto partition per YEAR, QUARTER, MONTH, DAY or HOUR.",
 )
-TABLE_AUTO_PARTITION_TIME_FORMAT: ConfigOption[str] = ConfigOption(
+TABLE_AUTO_PARTITION_TIME_FORMAT: ConfigOption[str | None] = ConfigOption(
     "table.auto-partition.time-format",
     str,
     None,
@@ -922,7 +976,7 @@ TABLE_LOG_TTL: ConfigOption[timedelta] = ConfigOption(
     timedelta(days=7),
     "How long log data is kept (locally, or remotely once tiered). 0 keeps it forever.",
 )
-TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta] = ConfigOption(
+TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta | None] = ConfigOption(
     "table.log.local-ttl",
     timedelta,
     None,
@@ -943,7 +997,7 @@ TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
     False,
     "Route lookups of expired auto partitions to the lake (auto-partitioned Paimon primary-key tables).",
 )
-TABLE_DATALAKE_FORMAT: ConfigOption[DataLakeFormat] = ConfigOption(
+TABLE_DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "table.datalake.format",
     DataLakeFormat,
     None,
@@ -964,14 +1018,14 @@ TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT: ConfigOption[bool] = ConfigOption(
     False,
     "Whether tiering commits also expire old lake snapshots.",
 )
-TABLE_DATALAKE_AUTO_MAINTENANCE: ConfigOption[bool] = ConfigOption(
+TABLE_DATALAKE_AUTO_MAINTENANCE: ConfigOption[bool | None] = ConfigOption(
     "table.datalake.auto-maintenance",
     bool,
     None,
     "Whether tiering also compacts small lake files per bucket and expires old lake snapshots (the Iceberg "
     "design's single switch; when unset, auto-compaction and auto-expire-snapshot decide).",
 )
-TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
+TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType | None] = ConfigOption(
     "table.merge-engine",
     MergeEngineType,
     None,
@@ -979,7 +1033,7 @@ TABLE_MERGE_ENGINE: ConfigOption[MergeEngineType] = ConfigOption(
     "FIRST_ROW keeps the first; VERSIONED keeps the row with the highest version column; AGGREGATION "
     "aggregates each column by its function (`fields.<column>.agg`, docs/merge-engines.md).",
 )
-TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str] = ConfigOption(
+TABLE_MERGE_ENGINE_VERSION_COLUMN: ConfigOption[str | None] = ConfigOption(
     "table.merge-engine.versioned.ver-column",
     str,
     None,
@@ -1006,7 +1060,7 @@ TABLE_CHANGELOG_IMAGE: ConfigOption[ChangelogImage] = ConfigOption(
     "Changelog of a primary-key table: FULL emits -U/+U pairs; WAL emits only +U and may skip reading "
     "the old row.",
 )
-TABLE_STATISTICS_COLUMNS: ConfigOption[str] = ConfigOption(
+TABLE_STATISTICS_COLUMNS: ConfigOption[str | None] = ConfigOption(
     "table.statistics.columns",
     str,
     None,
@@ -1180,20 +1234,24 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 )
 
 # ----------------------------------------------------------------------------------- connector options
-# Set in Spark TBLPROPERTIES / DDL; the connector turns them into the table descriptor's
-# distribution and primary key. They are never stored as table properties.
+# Fluss's connectors take a table's bucket count and bucket key as options of CREATE TABLE (Flink's
+# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties, and
+# cannot change: AlterTable refuses them, as Fluss's Flink catalog does, rather than keeping them as
+# custom properties that change nothing.
 
-BUCKET_NUM: ConfigOption[int] = ConfigOption(
-    "bucket.num", int, None, "Number of buckets; the cluster's default.bucket.number when unset."
+BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
+    "bucket.num",
+    int,
+    None,
+    "Number of buckets, fixed at creation (the cluster's default.bucket.number when unset); AlterTable "
+    "refuses it.",
 )
-BUCKET_KEY: ConfigOption[list[str]] = ConfigOption(
+BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",
     list,
     None,
-    "Comma-separated bucket key columns; defaults to the primary key minus partition keys.",
-)
-PRIMARY_KEY: ConfigOption[list[str]] = ConfigOption(
-    "primary.key", list, None, "Comma-separated primary key columns (Spark DDL has no PRIMARY KEY clause)."
+    "Comma-separated bucket key columns, fixed at creation (by default the primary key minus partition "
+    "keys); AlterTable refuses it.",
 )
 
-CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY, PRIMARY_KEY])
+CONNECTOR_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue([BUCKET_NUM, BUCKET_KEY])

@@ -31,6 +31,7 @@ from strom.common.config import (
     MergeEngineType,
 )
 from strom.common.json_limits import json_int
+from strom.common.lake_enablement import table_lake_enabled
 from strom.common.schema import Schema
 from strom.common.table_path import TablePath
 
@@ -353,7 +354,7 @@ class TableInfo:
 
     @property
     def datalake_enabled(self) -> bool:
-        return bool(self.properties.get(cfg.TABLE_DATALAKE_ENABLED))
+        return table_lake_enabled(self.properties)
 
     @property
     def datalake_format(self) -> DataLakeFormat | None:

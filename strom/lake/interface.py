@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -53,9 +53,9 @@ __all__ = [
 # (partition id or None, bucket): how bucket offsets are keyed.
 BucketKey = tuple[int | None, int]
 # Change types as a numpy or Arrow int8 array (see strom.record.change_type), one per row.
-ChangeTypes = np.ndarray | pa.Array | pa.ChunkedArray
+ChangeTypes: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray
 # Per-row offsets (int64) or commit timestamps (epoch milliseconds, or an Arrow timestamp array).
-RowValues = np.ndarray | pa.Array | pa.ChunkedArray | Sequence[int]
+RowValues: TypeAlias = np.ndarray | pa.Array | pa.ChunkedArray | Sequence[int]
 
 # Seed 003's single switch for lake maintenance; when set it overrides the two options Fluss shipped
 # (table.datalake.auto-compaction and table.datalake.auto-expire-snapshot).

@@ -256,6 +256,11 @@ def _iceberg_vector_encoder(t: DataType) -> ColumnEncoder | None:
     return None
 
 
+def _encode_one_with(encoder: CompactedKeyEncoder) -> Callable[[Any], bytes]:
+    """One value's key bytes by `encoder` (bound now, for encoders built in a loop)."""
+    return lambda value: encoder.encode([value])
+
+
 def _per_distinct_value(encode_one: Callable[[Any], bytes]) -> ColumnEncoder:
     """Encode each distinct value once in Python and expand the result to all rows."""
 
@@ -304,7 +309,7 @@ class ColumnarBucketer:
                 vector = compacted_column_encoder(t, arrow_schema.field(i).type)
                 single = CompactedKeyEncoder([t])
                 self._encoders.append(
-                    _checked(name, vector or _per_distinct_value(lambda v, s=single: s.encode([v])))
+                    _checked(name, vector or _per_distinct_value(_encode_one_with(single)))
                 )
         elif fmt == "iceberg" or len(key_types) == 1:
             encoder = self._row_encoder.encoder

@@ -14,6 +14,7 @@ type is covered (DECIMAL and nested types are not: the per-row decoder handles t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -55,7 +56,10 @@ def _read_varints(buf: np.ndarray, pos: np.ndarray, max_bytes: int) -> tuple[np.
     )
 
 
-_Reader = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[object, np.ndarray]]
+# A field's values: one array, or (offsets, data) for strings and bytes.
+_Values: TypeAlias = np.ndarray | tuple[np.ndarray, np.ndarray]
+_Reader = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[_Values, np.ndarray]]
+_NumberReader = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 class _Field:
@@ -77,7 +81,7 @@ class _Field:
             width = np.dtype(dtype).itemsize
             spread = np.arange(width)
 
-            def fixed(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[object, np.ndarray]:
+            def fixed(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
                 raw = np.ascontiguousarray(buf[pos[:, None] + spread])
                 return raw.view(dtype).ravel(), np.full(len(pos), width, np.int64)
 
@@ -99,15 +103,15 @@ class _Field:
             raise ValueError(f"type {t} is not decoded column-wise")
 
     @staticmethod
-    def _from_millis(read: _Reader, arrow_type: pa.DataType) -> _Reader:
+    def _from_millis(read: _NumberReader, arrow_type: pa.DataType) -> _Reader:
         """`read`, with its millis converted to the Arrow type's unit (floor division for seconds)
         and width, as the per-row decoder converts them."""
         unit = arrow_type.unit
         dtype = np.int32 if arrow_type.bit_width == 32 else np.int64
 
-        def convert(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[object, np.ndarray]:
+        def convert(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             value, length = read(buf, pos, ends)
-            v = value.astype(np.int64)  # type: ignore[attr-defined]
+            v = value.astype(np.int64)
             if unit == "s":
                 v //= 1000
             elif unit != "ms":
@@ -117,29 +121,31 @@ class _Field:
         return convert
 
     @staticmethod
-    def _int32(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[object, np.ndarray]:
+    def _int32(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         value, length = _read_varints(buf, pos, 5)
         # the 5th byte's bits above the 32nd are dropped, as the per-row reader masks them
         return (value & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32), length
 
     @staticmethod
-    def _int64(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[object, np.ndarray]:
+    def _int64(buf: np.ndarray, pos: np.ndarray, _: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         value, length = _read_varints(buf, pos, 10)
         return value.view(np.int64), length
 
-    def _timestamp(self, buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[object, np.ndarray]:
+    def _timestamp(self, buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         millis, first = self._int64(buf, pos, ends)
         _check_inside(pos + first, ends)
         nanos, second = self._int32(buf, pos + first, ends)
         unit = self.arrow_type.unit
         per_milli, nanos_per_unit = {"us": (1000, 1000), "ns": (1000000, 1)}[unit]
-        value = millis * per_milli + nanos.astype(np.int64) // nanos_per_unit  # type: ignore[operator]
+        value = millis * per_milli + nanos.astype(np.int64) // nanos_per_unit
         return value, first + second
 
     @staticmethod
-    def _span(buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[object, np.ndarray]:
+    def _span(
+        buf: np.ndarray, pos: np.ndarray, ends: np.ndarray
+    ) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
         n, header = _Field._int32(buf, pos, ends)
-        n = n.astype(np.int64)  # type: ignore[union-attr]
+        n = n.astype(np.int64)
         if (n < 0).any():
             bad = _first(n < 0)
             raise MalformedRows(f"row {bad}: negative length {int(n[bad])}")
@@ -217,7 +223,7 @@ class ColumnarRowDecoder:
         return arrays
 
     @staticmethod
-    def _array(f: _Field, values: object, nulls: np.ndarray | None, count: int) -> pa.Array:
+    def _array(f: _Field, values: _Values, nulls: np.ndarray | None, count: int) -> pa.Array:
         t = f.arrow_type
         if isinstance(values, tuple):  # (offsets, data) of strings or bytes
             offsets, data = values
@@ -244,7 +250,7 @@ class ColumnarRowDecoder:
                     raise MalformedRows(f"a string is not UTF-8: {e}") from None
             return array.cast(t) if array.type != t else array
         if nulls is not None:
-            full = np.zeros(count, values.dtype)  # type: ignore[attr-defined]
+            full = np.zeros(count, values.dtype)
             full[~nulls] = values
             values = full
         storage = pa.array(values, mask=nulls)

@@ -6,13 +6,14 @@ import ctypes
 import glob
 import os
 from collections.abc import Callable
+from typing import TypeAlias
 
 import google_crc32c
 import pyarrow as pa
 
 __all__ = ["crc32c"]
 
-Buffer = bytes | bytearray | memoryview | pa.Buffer
+Buffer: TypeAlias = bytes | bytearray | memoryview | pa.Buffer
 
 _extend_bytes = google_crc32c.extend
 

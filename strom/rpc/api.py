@@ -121,10 +121,9 @@ def _stem(key: ApiKey) -> str:
 def api_spec(key: int) -> ApiSpec:
     """The spec of an API key; raises KeyError for keys Strom does not know."""
     api_key = ApiKey(key)
-    if api_key in _INTERNAL_KEYS:
-        from strom.rpc.gen import strom_internal_pb2 as module
-    else:
-        from strom.rpc.gen import fluss_api_pb2 as module
+    from strom.rpc.gen import fluss_api_pb2, strom_internal_pb2
+
+    module = strom_internal_pb2 if api_key in _INTERNAL_KEYS else fluss_api_pb2
     stem = _stem(api_key)
     low, high = _VERSION_RANGES.get(api_key, (0, 0))
     return ApiSpec(api_key, low, high, getattr(module, f"{stem}Request"), getattr(module, f"{stem}Response"))

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,7 +163,7 @@ async def listed_tablet_servers(coordinator: ServerProcess) -> set[int] | None:
 
 
 async def wait_for_tablet_servers(
-    coordinator: ServerProcess, ids: set[int], timeout: float = 30.0, processes: list[ServerProcess] = ()
+    coordinator: ServerProcess, ids: set[int], timeout: float = 30.0, processes: Sequence[ServerProcess] = ()
 ) -> None:
     """Until the coordinator's metadata lists exactly the given tablet servers as alive (failing fast
     when one of `processes` exits)."""

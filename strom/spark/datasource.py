@@ -64,7 +64,7 @@ class FlussDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         # `db.t$changelog` / `db.t$binlog`: read the base table with the options that virtual table needs
-        self._virtual, self._base_options = VirtualTable.split(options)
+        self._virtual, self._base_options = VirtualTable.from_options(options)
         self._table: TableInfo | None = None
         # A batch read's plan, taken with the schema so that every query of the DataFrame reads the
         # same cut of the table (None: plan when the read is planned).

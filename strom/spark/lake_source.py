@@ -90,12 +90,17 @@ def _read_iceberg(
     end_offset: int,
     columns: Sequence[str],
 ) -> pa.Table:
-    from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan
+    from pyiceberg.expressions import And, BooleanExpression, EqualTo, LessThan, Reference
+    from pyiceberg.expressions.literals import literal
 
     iceberg: Any = lake_storage.catalog().load_table(table.table_path)  # type: ignore[attr-defined]
-    condition: BooleanExpression = And(EqualTo(BUCKET_COLUMN, bucket), LessThan(OFFSET_COLUMN, end_offset))
+    # Keyword form: pydantic's generated __init__ is the signature type checkers see.
+    condition: BooleanExpression = And(
+        EqualTo(term=Reference(BUCKET_COLUMN), value=literal(bucket)),
+        LessThan(term=Reference(OFFSET_COLUMN), value=literal(end_offset)),
+    )
     for key, value in partition.items():
-        condition = And(condition, EqualTo(key, value))
+        condition = And(condition, EqualTo(term=Reference(key), value=literal(value)))
     scan = iceberg.scan(row_filter=condition, selected_fields=tuple(columns), snapshot_id=snapshot_id)
     result: pa.Table = scan.to_arrow()
     return result

@@ -69,7 +69,7 @@ class VirtualTable(enum.StrEnum):
     BINLOG = "binlog"
 
     @classmethod
-    def split(cls, options: Mapping[str, str]) -> tuple[VirtualTable | None, Mapping[str, str]]:
+    def from_options(cls, options: Mapping[str, str]) -> tuple[VirtualTable | None, Mapping[str, str]]:
         """The virtual table a `table`/`path` option names (``db.t$changelog``), and the options that
         read its base table: the name without the suffix, change types and metadata on, and
         ``full`` startup read from the earliest log offset."""

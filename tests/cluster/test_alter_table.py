@@ -366,3 +366,34 @@ def test_alterations_at_once_all_take_effect(cluster_factory: Any, tmp_path: Any
         assert (await admin.get_table_info(path)).schema_id == 3
 
     run(cluster, body)
+
+
+def test_bucket_num_and_bucket_key_cannot_be_altered(shared_cluster: Cluster) -> None:
+    """`strom table alter t --set bucket.num=6` used to exit 0, store a custom property and keep 2
+    buckets. Now refused with INVALID_ALTER_TABLE naming the option, and nothing changes (pyfluss has no
+    AlterTable, so it checks the table afterwards)."""
+    import fluss
+    from harness import run_pyfluss
+
+    path = unique("alter_fixed")
+    run(shared_cluster, lambda conn: create(conn, path, primary_key=["id"]))
+
+    refused = strom_table(shared_cluster, "alter", str(path), "--set", "bucket.num=6")
+    assert refused.returncode == 1, refused.stdout
+    assert "InvalidAlterTableError (56)" in refused.stderr
+    assert "'bucket.num' is not supported to alter" in refused.stderr
+
+    async def alter_bucket_key(conn: Connection) -> None:
+        with pytest.raises(errors.InvalidAlterTableError, match=r"'bucket\.key'"):
+            await conn.get_admin().alter_table(path, [TableChange.set_option("bucket.key", "name")])
+
+    run(shared_cluster, alter_bucket_key)
+
+    async def check(connection: Any) -> None:
+        table_path = fluss.TablePath(path.database_name, path.table_name)
+        info = await connection.get_admin().get_table_info(table_path)
+        assert info.num_buckets == 2
+        assert info.get_bucket_keys() == ["id"]
+        assert "bucket.num" not in info.get_custom_properties()
+
+    run_pyfluss(shared_cluster.bootstrap, check)

@@ -1,4 +1,5 @@
-"""`strom local` as a user runs it: ready message, cluster.json, clean stop, restart with metadata."""
+"""`strom local` as a user runs it: ready message, cluster.json, clean stop, restart with metadata,
+and a cluster without a lake whose composite-key tables pyfluss can write."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
     process = start_local(
         data_dir,
         port,
+        "--lake-format",
+        "iceberg",  # a lake, although --no-tiering: asked for
         "--tablet-servers",
         "2",
         "--config",
@@ -111,9 +114,14 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert not pid_alive(pid), f"server process {pid} still running after strom local stopped"
 
+    # --no-tiering alone: no lake, so new tables are bound to no lake format (Iceberg's key encoder
+    # would refuse the composite bucket key below)
     process = start_local(data_dir, port)
     try:
         wait_ready(process)
+        assert json.loads((data_dir / "cluster.json").read_text())["datalake"] is None
+        keyed = fluss.TablePath("kept", "composite")
+        schema = pa.schema([("a", pa.int32()), ("b", pa.string()), ("v", pa.int64())])
 
         async def check() -> None:
             conn = await fluss.FlussConnection.create(
@@ -121,6 +129,18 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
             )
             admin = conn.get_admin()
             assert await admin.list_tables("kept") == ["t"]
+            descriptor = fluss.TableDescriptor(fluss.Schema(schema, primary_keys=["a", "b"]), bucket_count=2)
+            await admin.create_table(keyed, descriptor)
+            info = await admin.get_table_info(keyed)
+            assert info.get_bucket_keys() == ["a", "b"]
+            assert "table.datalake.format" not in info.get_properties()
+            table = await conn.get_table(keyed)
+            writer = table.new_upsert().create_writer()
+            for i in range(20):
+                writer.upsert({"a": i % 3, "b": f"k{i}", "v": i})
+            await writer.flush()
+            lookuper = table.new_lookup().create_lookuper()
+            assert await lookuper.lookup({"a": 1, "b": "k7"}) == {"a": 1, "b": "k7", "v": 7}
             await conn.close()
 
         asyncio.run(check())

@@ -23,6 +23,10 @@ from failover_workload import AckedWriter, bucket_leaders, create_table, read_lo
 from harness import Cluster
 from kazoo.client import KazooClient
 
+from strom.common.errors import FlussError, LeaderNotAvailableError
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.launcher import free_port
 
 HA_CONFIG = {"log.replica.max-lag-time": "2s", "log.replica.fetch.wait-max-time": "200ms"}
@@ -249,3 +253,32 @@ def test_tablet_server_whose_session_expired_registers_again(cluster_factory: An
     writer.wait_for_acks(20)
     acked = writer.stop()
     assert acked <= set(asyncio.run(read_log_ids(cluster.bootstrap, "stalled")))
+
+
+def test_tablet_server_without_an_active_coordinator_answers_leader_not_available(
+    cluster_factory: Any,
+) -> None:
+    """A request the tablet server passes on to the coordinator, while ZooKeeper names none (the only
+    coordinator died), is answered with the retriable LEADER_NOT_AVAILABLE, not an internal error."""
+    cluster: Cluster = cluster_factory(1, HA_CONFIG, zookeeper=True, coordinators=1)
+    server = cluster.tablet_servers[0]
+    cluster.coordinator.kill()
+
+    async def list_databases() -> FlussError | None:
+        connection = await RpcConnection.connect(server.host, server.port)
+        try:
+            await connection.request(ApiKey.LIST_DATABASES, pb.ListDatabasesRequest(), timeout=10)
+            return None
+        except FlussError as e:
+            return e
+        finally:
+            connection.close()
+
+    # The active node goes when the dead coordinator's 3 s ZooKeeper session expires.
+    deadline = time.monotonic() + 20
+    answer = asyncio.run(list_databases())
+    while not isinstance(answer, LeaderNotAvailableError) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        answer = asyncio.run(list_databases())
+    assert isinstance(answer, LeaderNotAvailableError), f"{type(answer).__name__}: {answer}"
+    assert "unexpected error" not in (cluster.base_dir / "logs" / "tablet-server-0.log").read_text()

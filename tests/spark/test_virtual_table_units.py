@@ -27,18 +27,18 @@ INFO = TableInfo(
 
 
 def test_split_names_and_options() -> None:
-    kind, base = VirtualTable.split(
+    kind, base = VirtualTable.from_options(
         {"path": "db.t$ChangeLog", "maxRowsPerTrigger": "7", "scan.union-read": "true"}
     )
     assert kind is VirtualTable.CHANGELOG and base["path"] == "db.t"
     read = ReadOptions.parse(base)
     assert read.startup_mode is StartupMode.EARLIEST and read.include_change_type and read.include_metadata
     assert read.max_rows_per_trigger == 7 and not read.union_read
-    _, latest = VirtualTable.split({"table": "db.t$binlog", "scan.startup.mode": "latest"})
+    _, latest = VirtualTable.from_options({"table": "db.t$binlog", "scan.startup.mode": "latest"})
     assert ReadOptions.parse(latest).startup_mode is StartupMode.LATEST
-    assert VirtualTable.split({"path": "db.t"})[0] is None
+    assert VirtualTable.from_options({"path": "db.t"})[0] is None
     with pytest.raises(SparkOptionError, match="names no virtual table"):
-        VirtualTable.split({"path": "db.t$ro"})
+        VirtualTable.from_options({"path": "db.t$ro"})
 
 
 def test_binlog_pairs_updates_and_keeps_lone_halves() -> None:

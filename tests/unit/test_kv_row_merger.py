@@ -63,9 +63,9 @@ def test_versions_compare_signed_and_nulls_lowest() -> None:
     def value(v: int | None) -> bytes:
         return PREFIX + encode([1, "x" * 200, v])
 
-    assert merger.version(value(None)) == -(2**63)
-    assert merger.version(value(-3)) == -3
-    assert merger.version(value(2**63 - 1)) == 2**63 - 1
+    assert merger.version(value(None)) == (-(2**63), 0)
+    assert merger.version(value(-3)) == (-3, 0)
+    assert merger.version(value(2**63 - 1)) == (2**63 - 1, 0)
     old = value(10)
     assert merger.merge(old, value(9)) is old
     new = value(10)

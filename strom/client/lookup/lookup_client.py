@@ -377,8 +377,8 @@ class LookupClient:
             return
         except OSError as e:
             self.metadata.invalidate(server_id=queue.node_id)
-            error = NetworkError(f"Lookup to tablet server {queue.node_id} failed: {e}")
-            self._retry_or_fail([g for groups in by_bucket.values() for g in groups], error)
+            lost = NetworkError(f"Lookup to tablet server {queue.node_id} failed: {e}")
+            self._retry_or_fail([g for groups in by_bucket.values() for g in groups], lost)
             return
         for answer in response.buckets_resp:
             partition_id = answer.partition_id if answer.HasField("partition_id") else None

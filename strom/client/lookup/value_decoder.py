@@ -92,8 +92,8 @@ class ValueDecoder:
 
     def to_dict(self, value: Buffer) -> dict[str, Any]:
         """One value as a dict by column name (Python values, as pyarrow's to_pylist gives them)."""
-        if isinstance(value, bytes) and (row := self.own_dict(value)) is not None:
-            return row
+        if isinstance(value, bytes) and (own := self.own_dict(value)) is not None:
+            return own
         schema_id, row = split_value(memoryview(value))
         codec = self._codec_of(schema_id)
         decoded = codec.decoder.decode(row)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -230,7 +230,7 @@ class LogScanner(AsyncClosing):
                 raise ValueError(f"end offset {end} must not be negative")
             position.stop = end
             # Already fetched rows past the new stop must not come out.
-            self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+            self._fetcher.drop(_fetched_from(bucket))
 
     def positions(self) -> dict[TableBucket, int]:
         """The next offset to read per subscribed bucket (-2 until the first answer for an earliest start)."""
@@ -413,7 +413,7 @@ class LogScanner(AsyncClosing):
                 position = self._positions.get(bucket)
                 if position is not None and (position.stop is None or end < position.stop):
                     position.stop = end
-                    self._fetcher.drop(lambda c, b=bucket: c.bucket == b)
+                    self._fetcher.drop(_fetched_from(bucket))
         if any(p.stop is None for p in self._positions.values()):
             raise ValueError("iter_batches needs a stop offset for every bucket (stop_at or to_end=True)")
         while not self.finished:
@@ -431,3 +431,8 @@ class LogScanner(AsyncClosing):
 
     def __repr__(self) -> str:
         return f"LogScanner({self.table.path}, {len(self._positions)} buckets)"
+
+
+def _fetched_from(bucket: TableBucket) -> Callable[[CompletedFetch], bool]:
+    """Matches answers of `bucket`; binds it now, for calls inside a loop over buckets."""
+    return lambda c: c.bucket == bucket

@@ -71,7 +71,7 @@ class KvWriteBatch(WriteBatch):
     ) -> None:
         super().__init__(batch_id, path, bucket_id, fmt, limit, now)  # type: ignore[arg-type]
         self.target_columns = target_columns
-        self._chunks: list[bytes] = []
+        self._chunks: list[bytes | memoryview] = []  # memoryviews of immutable Arrow buffers
 
     def accepts(self, size: int, target_columns: tuple[int, ...] | None) -> bool:
         """A batch takes its first records whatever their size, later ones within the batch size."""
@@ -79,7 +79,7 @@ class KvWriteBatch(WriteBatch):
             return False
         return self.record_count == 0 or self.size + size <= self.limit
 
-    def add_records(self, records: bytes, count: int) -> None:
+    def add_records(self, records: bytes | memoryview, count: int) -> None:
         self._chunks.append(records)
         self.record_count += count
         self.size += len(records)

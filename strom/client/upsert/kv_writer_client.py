@@ -51,7 +51,7 @@ class KvAccumulator(RecordAccumulator):
         path: PhysicalTablePath,
         bucket_id: int,
         fmt: KvBatchFormat,
-        records: bytes,
+        records: bytes | memoryview,
         count: int,
         target_columns: tuple[int, ...] | None,
     ) -> AppendOutcome:
@@ -128,7 +128,7 @@ class KvWriterClient(WriterMachinery):
         path: PhysicalTablePath,
         fmt: KvBatchFormat,
         bucket: int,
-        records: bytes,
+        records: bytes | memoryview,
         count: int,
         target_columns: tuple[int, ...] | None,
     ) -> WriteBatch:

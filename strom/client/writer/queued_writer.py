@@ -4,6 +4,7 @@ each writer's ``flush()`` reports the failures of its own writes only."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable
 from types import TracebackType
 from typing import Protocol, Self
@@ -15,7 +16,8 @@ __all__ = ["QueuedWriter"]
 
 
 class _SharedQueues(Protocol):
-    accumulator: RecordAccumulator
+    @property
+    def accumulator(self) -> RecordAccumulator: ...  # read-only: a client may hold a subclass
 
     def flush(self) -> Awaitable[object]: ...
 
@@ -35,7 +37,7 @@ class QueuedWriter:
         """The batch's future, watched for a failure to report at the next flush."""
         if batch.batch_id not in self._mine:
             self._mine.add(batch.batch_id)
-            batch.future.add_done_callback(lambda f, bid=batch.batch_id: self._batch_done(bid, f))
+            batch.future.add_done_callback(functools.partial(self._batch_done, batch.batch_id))
         return batch.future
 
     def _batch_done(self, batch_id: int, future: asyncio.Future[int]) -> None:

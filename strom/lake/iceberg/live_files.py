@@ -22,7 +22,7 @@ from pyiceberg.conversions import from_bytes
 from pyiceberg.manifest import DataFile, DataFileContent, ManifestFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.types import IcebergType
+from pyiceberg.types import IcebergType, PrimitiveType
 
 from strom.common.errors import StorageError
 
@@ -104,6 +104,8 @@ def _may_contain(manifest: ManifestFile, partition: tuple[Any, ...], types: Sequ
             if summary.lower_bound is None and summary.upper_bound is None and summary.contains_null:
                 return False  # only nulls in this field
             continue
+        if not isinstance(iceberg_type, PrimitiveType):
+            continue  # partition fields are primitive; bounds of anything else cannot be read
         lower = from_bytes(iceberg_type, summary.lower_bound)
         upper = from_bytes(iceberg_type, summary.upper_bound)
         if isinstance(value, str) and isinstance(lower, str):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema as IcebergSchema
@@ -246,7 +247,7 @@ def iceberg_layout(table_info: TableInfo) -> IcebergLayout:
     part_ids = itertools.count(_PARTITION_FIELD_ID_START)
     for key in table_info.partition_keys:
         partition_fields.append(PartitionField(ids[key], next(part_ids), IdentityTransform(), key))
-    transform: Transform[object, object]
+    transform: Transform[Any, Any]
     if table_info.bucket_keys:
         key = table_info.bucket_keys[0]
         transform = BucketTransform(table_info.bucket_count)

@@ -69,7 +69,7 @@ def partition_values(
         source = schema.find_column_name(field.source_id)
         if isinstance(field.transform, BucketTransform) or source == BUCKET_COLUMN:
             values.append(bucket)
-        elif isinstance(field.transform, IdentityTransform) and source in spec_values:
+        elif isinstance(field.transform, IdentityTransform) and source is not None and source in spec_values:
             values.append(spec_values[source])
         else:
             raise ValueError(

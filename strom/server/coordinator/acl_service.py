@@ -44,7 +44,7 @@ class AclService:
             security.authorizer.replace_all(self._load())
 
     def _load(self) -> list[AclBinding]:
-        bindings = []
+        bindings: list[AclBinding] = []
         for key, value in self.store.list_documents(DOCUMENT_PREFIX):
             type_name, _, name = key[len(DOCUMENT_PREFIX) :].partition("/")
             resource = Resource(ResourceType[type_name], name)

@@ -19,6 +19,7 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
+from strom.common.lake_enablement import cluster_lake_format
 from strom.common.supervision import TaskSet, supervise
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.rpc.api import ApiKey
@@ -113,23 +114,26 @@ class ActiveCoordinator:
         self.pool = pool
         self.coordinator_epoch = store.bump_coordinator_epoch()
         self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
-        self.controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
+        # The services HANDLERS reads carry their types, since HANDLERS comes before this class.
+        self.controller: Controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
         self.failure_detector = FailureDetector(self._confirmed_dead)
-        self.liveness = liveness(self)
-        self.metadata = MetadataService(store, self.config, self.membership, self.controller, node)
+        self.liveness: Liveness = liveness(self)
+        self.metadata: MetadataService = MetadataService(
+            store, self.config, self.membership, self.controller, node
+        )
         self.metadata.ensure_default_database()
         self.auto_partitions = AutoPartitionManager(self.metadata)
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
-        self.lake = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
+        self.lake: LakeService = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
         self.metadata.on_table_created = self._table_created
-        if self.config.get_optional(options.DATALAKE_FORMAT) is not None:
+        if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table
-        self.kv_snapshots = KvSnapshotService(store, self.config)
-        self.remote_logs = RemoteLogService(store)
-        self.auto_increment = AutoIncrementService(store)
-        self.acls = AclService(store, security)  # loads the ACLs into the process's authorizer
+        self.kv_snapshots: KvSnapshotService = KvSnapshotService(store, self.config)
+        self.remote_logs: RemoteLogService = RemoteLogService(store)
+        self.auto_increment: AutoIncrementService = AutoIncrementService(store)
+        self.acls: AclService = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
-        self.rebalance = RebalanceManager(store, self.membership, self.controller)
+        self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)
         self.metadata.placement_candidates = self.rebalance.placement_candidates
         self.metadata.on_table_altered = self._table_altered
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}

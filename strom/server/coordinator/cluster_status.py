@@ -73,13 +73,13 @@ async def describe_cluster(
             bucket.kv_snapshot_id = int(json.loads(handle)["snapshot_id"])
     now = time.monotonic()
     jobs = coordinator.tiering.jobs
-    for table_id, table in coordinator.tiering.tables.items():
-        item = response.tiering.add(table_id=table_id, state=table.state.value, tiering_epoch=table.epoch)
-        if table.state.value == "tiering" and table.last_heartbeat:
-            item.heartbeat_age_ms = int((now - table.last_heartbeat) * 1000)
-            item.last_heartbeat_ms = int(table.last_heartbeat_wall * 1000)
-        if table.job is not None:
-            _job(item.job, table.job, jobs.age(table.job))
+    for table_id, tiered in coordinator.tiering.tables.items():
+        item = response.tiering.add(table_id=table_id, state=tiered.state.value, tiering_epoch=tiered.epoch)
+        if tiered.state.value == "tiering" and tiered.last_heartbeat:
+            item.heartbeat_age_ms = int((now - tiered.last_heartbeat) * 1000)
+            item.last_heartbeat_ms = int(tiered.last_heartbeat_wall * 1000)
+        if tiered.job is not None:
+            _job(item.job, tiered.job, jobs.age(tiered.job))
     for job, age in jobs.active():
         _job(response.tiering_jobs.add(), job, age)
     return response

@@ -48,7 +48,7 @@ class CoordinatorElection:
         config: Configuration,
         node: pb.PbServerNode,
         on_elected: Callable[[Any, Any], Awaitable[None]],
-        on_lost: Callable[[], Coroutine[Any, Any, None]],
+        on_lost: Callable[[], Coroutine[Any, Any, None]],  # run as a task
     ) -> None:
         self.config = config
         self.node = node

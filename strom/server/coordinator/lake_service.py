@@ -23,6 +23,7 @@ from strom.common.errors import (
     TableNotExistError,
     error_for_code,
 )
+from strom.common.lake_enablement import table_lake_enabled
 from strom.common.supervision import spawn
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
@@ -90,7 +91,7 @@ class LakeService:
 
     @staticmethod
     def lake_enabled(descriptor: TableDescriptor) -> bool:
-        return str(descriptor.properties.get("table.datalake.enabled", "false")).lower() == "true"
+        return table_lake_enabled(descriptor.properties)
 
     @staticmethod
     def _freshness(descriptor: TableDescriptor) -> float:

@@ -20,6 +20,7 @@ from strom.common.errors import (
     DatabaseNotEmptyError,
     DatabaseNotExistError,
     InvalidDatabaseError,
+    InvalidTableError,
     PartitionAlreadyExistsError,
     PartitionNotExistError,
     SchemaNotExistError,
@@ -29,6 +30,7 @@ from strom.common.errors import (
     TooManyPartitionsError,
 )
 from strom.common.json_limits import check_json_bounds
+from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
 from strom.common.partition import (
     PARTITION_SEPARATOR,
     parse_partition_name,
@@ -202,14 +204,23 @@ class MetadataService:
 
     # ---- tables
 
+    def _check_table_kind_allowed(self, descriptor: TableDescriptor) -> None:
+        """allow.create.kv.tables / allow.create.log.tables, with Fluss's error and message."""
+        if descriptor.has_primary_key:
+            if not self.config.get(options.ALLOW_CREATE_KV_TABLES):
+                raise InvalidTableError("Creation of Primary Key Tables is disallowed in the cluster.")
+        elif not self.config.get(options.ALLOW_CREATE_LOG_TABLES):
+            raise InvalidTableError("Creation of Log Tables is disallowed in the cluster.")
+
     async def create_table(self, request: pb.CreateTableRequest, ctx: object) -> pb.CreateTableResponse:
         path = table_path_of(request.table_path)
         self._database(path.database_name)
         descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
+        self._check_table_kind_allowed(descriptor)
         validate_table_descriptor(
             descriptor,
             self.config.get(options.MAX_BUCKET_NUM),
-            self.config.get_optional(options.DATALAKE_FORMAT),
+            cluster_lake_format(self.config),
         )
         if self.store.get_table(path.database_name, path.table_name) is not None:
             if request.ignore_if_exists:
@@ -225,7 +236,7 @@ class MetadataService:
         created = now_ms()
         if (
             self.create_lake_table is not None
-            and descriptor.properties.get("table.datalake.enabled", "").lower() == "true"
+            and table_lake_enabled(descriptor.properties)
         ):
             await self.create_lake_table(TableInfo(path, table_id, 1, descriptor, created, created))
         record = TableRecord(
@@ -311,7 +322,7 @@ class MetadataService:
         alteration = alter(str(path), old, request)
         new = alteration.descriptor
         validate_table_descriptor(
-            new, self.config.get(options.MAX_BUCKET_NUM), self.config.get_optional(options.DATALAKE_FORMAT)
+            new, self.config.get(options.MAX_BUCKET_NUM), cluster_lake_format(self.config)
         )
         schema_id = record.schema_id + 1 if alteration.schema_changed else record.schema_id
         modified = now_ms()
@@ -319,7 +330,7 @@ class MetadataService:
         if (
             self.create_lake_table is not None
             and info.datalake_enabled
-            and not old.table_config.get(options.TABLE_DATALAKE_ENABLED)
+            and not table_lake_enabled(old.properties)
         ):
             # a table that turns lake-enabled gets its lake table before tiering can be scheduled
             await self.create_lake_table(info)
@@ -497,7 +508,11 @@ class MetadataService:
         for server in sorted(self.membership.servers.values(), key=lambda s: s.server_id):
             address = endpoint_on(listener, server.listeners, (server.host, server.port))
             if address is not None:
-                response.tablet_servers.add(node_id=server.server_id, host=address[0], port=address[1])
+                entry = response.tablet_servers.add(
+                    node_id=server.server_id, host=address[0], port=address[1]
+                )
+                if server.rack is not None:  # tablet-server.rack, as Fluss reports it
+                    entry.rack = server.rack
         for path_message in request.table_path:
             self._table_metadata(response.table_metadata, self._table(table_path_of(path_message)))
         for physical in request.partitions_path:

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from strom.common.errors import (
     NoRebalanceInProgressError,
@@ -78,14 +78,14 @@ class BucketProgress:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> BucketProgress:
-        table_id, partition_id, bucket = data["key"]  # type: ignore[misc]
+    def from_json(cls, data: dict[str, Any]) -> BucketProgress:
+        table_id, partition_id, bucket = data["key"]
         move = BucketMove(
             (table_id, partition_id, bucket),
-            tuple(data["original_replicas"]),  # type: ignore[arg-type]
-            tuple(data["new_replicas"]),  # type: ignore[arg-type]
-            data["original_leader"],  # type: ignore[arg-type]
-            data["new_leader"],  # type: ignore[arg-type]
+            tuple(data["original_replicas"]),
+            tuple(data["new_replicas"]),
+            data["original_leader"],
+            data["new_leader"],
         )
         return cls(move, RebalanceStatus(data["status"]))
 

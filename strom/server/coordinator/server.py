@@ -41,6 +41,7 @@ from strom.security.listeners import ListenerSettings
 from strom.server.coordinator.active import HANDLERS, ActiveCoordinator
 from strom.server.coordinator.embedded_liveness import EmbeddedLiveness
 from strom.server.rpc_listeners import ListenerGroup
+from strom.server.server_options import check_server_config
 from strom.server.store.sqlite import SqliteMetadataStore
 from strom.server.tablet.acl_sync import AclSync
 
@@ -54,6 +55,7 @@ class CoordinatorServer:
         self.host = host
         self.data_dir = data_dir
         self.config = Configuration(config)
+        check_server_config(self.config)
         data_dir.mkdir(parents=True, exist_ok=True)
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)

@@ -1,7 +1,8 @@
 """AlterTable (1044): Fluss's table changes, validated before anything is stored.
 
 Options: only the ones Fluss lists as alterable may be set or reset (`table.datalake.enabled`,
-`table.datalake.freshness`, `table.log.ttl`, ...); keys outside `table.*` are custom properties.
+`table.datalake.freshness`, `table.log.ttl`, ...); `bucket.num` and `bucket.key` are refused (the
+table's distribution is fixed); other keys outside `table.*` are custom properties.
 Columns: a nullable column may be added at the end; it gets the next field id and the table a new
 schema id (every version stays readable through GetTableSchema). Primary key, bucket key, partition
 keys and the types of existing columns never change: ModifyColumn, DropColumn and RenameColumn are
@@ -66,6 +67,11 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
     custom = dict(descriptor.custom_properties)
     for change in request.config_changes:
         key = change.config_key
+        if key in (cfg.BUCKET_NUM.key, cfg.BUCKET_KEY.key):
+            raise InvalidAlterTableError(
+                f"The option '{key}' is not supported to alter yet: table '{table}' keeps the bucket count "
+                "and bucket key it was created with."
+            )
         target = properties if cfg.is_table_storage_option(key) else custom
         if target is properties and key not in ALTERABLE_TABLE_OPTIONS:
             raise InvalidAlterTableError(

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from strom.common import config as options
 from strom.common.config import Configuration
+from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
 
 # option names containing any of these are not shown (Fluss: password, secret, key; and tokens)
 SENSITIVE_PARTS = ("password", "secret", "key", "token")
@@ -19,7 +19,7 @@ SENSITIVE_PARTS = ("password", "secret", "key", "token")
 
 def table_lake_options(config: Configuration) -> dict[str, str]:
     """`table.datalake.<format>.*` from the cluster's `datalake.<format>.*` (empty without a lake)."""
-    lake_format = config.get_optional(options.DATALAKE_FORMAT)
+    lake_format = cluster_lake_format(config)
     if lake_format is None:
         return {}
     prefix = f"datalake.{str(lake_format).lower()}."
@@ -36,7 +36,7 @@ def with_lake_options(table_json: bytes, lake_options: dict[str, str]) -> bytes:
         return table_json
     descriptor = json.loads(table_json)
     properties = descriptor.get("properties") or {}
-    if str(properties.get("table.datalake.enabled", "")).lower() != "true":
+    if not table_lake_enabled(properties):
         return table_json
     descriptor["properties"] = {**properties, **lake_options}
     return json.dumps(descriptor).encode()

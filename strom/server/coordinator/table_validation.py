@@ -33,6 +33,7 @@ from strom.common.config import (
 )
 from strom.common.errors import InvalidConfigError, InvalidTableError, TooManyBucketsError
 from strom.common.json_limits import check_json_bounds
+from strom.common.lake_enablement import cluster_lake_enabled, cluster_lake_format, table_lake_enabled
 from strom.common.partition import PARTITION_KEY_SUPPORTED_TYPES, validate_time_format
 from strom.common.schema import Schema
 from strom.common.table_descriptor import TableDescriptor
@@ -96,14 +97,6 @@ def parse_table_descriptor(table_json: bytes | str) -> TableDescriptor:
 # ------------------------------------------------------------------------------------------ defaults
 
 
-def cluster_datalake_enabled(server_config: Configuration) -> bool:
-    """``datalake.enabled`` if set, else whether ``datalake.format`` is set (older clusters)."""
-    explicit = server_config.get_optional(cfg.DATALAKE_ENABLED)
-    if explicit is not None:
-        return explicit
-    return server_config.contains(cfg.DATALAKE_FORMAT)
-
-
 def apply_table_defaults(descriptor: TableDescriptor, server_config: Configuration) -> TableDescriptor:
     """Fill in what the coordinator fills in at CreateTable, before validation.
 
@@ -137,13 +130,11 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
         # Several partition keys cannot be pre-created: only the time key is known ahead.
         props[cfg.TABLE_AUTO_PARTITION_NUM_PRECREATE.key] = "0"
 
-    cluster_format = server_config.get_optional(cfg.DATALAKE_FORMAT)
+    cluster_format = cluster_lake_format(server_config)
     if cluster_format is not None and cfg.TABLE_DATALAKE_FORMAT.key not in original:
         props[cfg.TABLE_DATALAKE_FORMAT.key] = cluster_format.value
 
-    if original.get(cfg.TABLE_DATALAKE_ENABLED.key, "").lower() == "true" and not cluster_datalake_enabled(
-        server_config
-    ):
+    if table_lake_enabled(original) and not cluster_lake_enabled(server_config):
         raise InvalidTableError(
             f"'{cfg.TABLE_DATALAKE_ENABLED.key}' is enabled for the table, but the Fluss cluster "
             "doesn't enable datalake tables."

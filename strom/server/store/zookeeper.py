@@ -419,10 +419,10 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._delete_tree(self.paths.assignment(table_id, None))
             self._pop(self._tables, table_id)
             self._pop(self._table_ids, (record.database, record.name))
-            for key in [k for k in self._schemas if k[0] == table_id]:
-                self._pop(self._schemas, key)
-            for key in [k for k in self._buckets if k[0] == table_id]:
-                self._pop(self._buckets, key)
+            for schema_key in [k for k in self._schemas if k[0] == table_id]:
+                self._pop(self._schemas, schema_key)
+            for bucket_key in [k for k in self._buckets if k[0] == table_id]:
+                self._pop(self._buckets, bucket_key)
 
     def add_schema(self, table_id: int, schema_id: int, schema_json: bytes) -> None:
         with self.transaction():

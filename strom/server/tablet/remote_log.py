@@ -24,6 +24,7 @@ from typing import Any
 
 import fsspec
 
+from strom.common.errors import InvalidConfigError
 from strom.record.log_batch import V0_HEADER_SIZE, iter_batches, read_header
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -90,7 +91,14 @@ class RemoteLogManager:
         replicas: ReplicaManager,
         remote_root: str,
         commit_manifest: Callable[[Replica, RemoteLog, str], Awaitable[None]],
+        max_upload_segments: int = 5,
     ) -> None:
+        if max_upload_segments < 1:
+            raise InvalidConfigError(
+                f"remote.log.task-max-upload-segments must be at least 1, got {max_upload_segments}"
+            )
+        # a backlog is uploaded over several task runs, oldest first, so one run stays bounded
+        self.max_upload_segments = max_upload_segments
         self.replicas = replicas
         self.remote_root = remote_root
         self.commit_manifest = commit_manifest
@@ -132,7 +140,7 @@ class RemoteLogManager:
             s
             for s in tablet.closed_segments()
             if s.base_offset >= uploaded_end and s.next_offset <= tablet.high_watermark
-        ]
+        ][: self.max_upload_segments]
         for segment in todo:
             segment_id = uuid.uuid4().hex
             target = f"{remote.tablet_dir}/{segment_id}/{segment.base_offset:020d}.log"

@@ -39,6 +39,7 @@ class FetcherSettings:
     max_bytes_per_bucket: int
     max_wait_ms: int
     backoff: float
+    min_bytes: int = 1
 
 
 class ReplicaFetcherManager:
@@ -123,12 +124,12 @@ class ReplicaFetcherManager:
     async def _truncate(self, address: tuple[str, int], buckets: dict[TableBucket, Replica]) -> None:
         """Truncate each bucket to where the leader's log and ours agree (KIP-101 / KIP-279)."""
         request = internal.OffsetForLeaderEpochRequest(follower_server_id=self.server_id)
-        for bucket, replica in buckets.items():
+        for bucket, follower in buckets.items():
             entry = request.buckets.add(
                 table_id=bucket.table_id,
                 bucket_id=bucket.bucket,
-                current_leader_epoch=replica.leader_epoch,
-                leader_epoch=replica.log_tablet().leader_epochs.latest_epoch,
+                current_leader_epoch=follower.leader_epoch,
+                leader_epoch=follower.log_tablet().leader_epochs.latest_epoch,
             )
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id
@@ -183,7 +184,7 @@ class ReplicaFetcherManager:
             follower_server_id=self.server_id,
             max_bytes=s.max_bytes,
             max_wait_ms=s.max_wait_ms if max_wait_ms is None else max_wait_ms,
-            min_bytes=1,
+            min_bytes=s.min_bytes,
         )
         by_table: dict[int, pb.PbFetchLogReqForTable] = {}
         for bucket, replica in buckets.items():

@@ -40,6 +40,7 @@ from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
+from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
@@ -89,6 +90,7 @@ class TabletServer:
         # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
+        check_server_config(self.config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
@@ -126,14 +128,16 @@ class TabletServer:
                     self.config.get(options.LOG_REPLICA_FETCH_WAIT_MAX_TIME).total_seconds() * 1000
                 ),
                 backoff=self.config.get(options.LOG_REPLICA_FETCH_BACKOFF_INTERVAL).total_seconds(),
+                min_bytes=int(option_value(self.config, options.LOG_REPLICA_FETCH_MIN_BYTES)),
             ),
             on_replicated=self.tablet_metrics.replicated,
         )
         self.kv_manager = KvManager(
             server_id,
-            remote_data_dir=self.config.get(options.REMOTE_DATA_DIR),
+            remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
             write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
                 replica.bucket, replica.database, replica.table, done.size, seconds
@@ -146,9 +150,14 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
-        remote_root = self.config.get(options.REMOTE_DATA_DIR)
+        remote_root = remote_data_dir(self.config)
         self.remote_logs = (
-            RemoteLogManager(self.replica_manager, remote_root, self._commit_remote_log_manifest)
+            RemoteLogManager(
+                self.replica_manager,
+                remote_root,
+                self._commit_remote_log_manifest,
+                max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+            )
             if remote_root
             else None
         )
@@ -260,10 +269,14 @@ class TabletServer:
 
     # ---- membership
 
-    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+    def _active_coordinator(self) -> tuple[str, int]:
+        """The active coordinator's address; with ZooKeeper there may be none for a while."""
         if self.coordinator is None:
             raise LeaderNotAvailableError("no coordinator is active at the moment; retry shortly")
-        return await self.pool.request(*self.coordinator, key, message, timeout=timeout)
+        return self.coordinator
+
+    async def _coordinator_request(self, key: ApiKey, message: Message, timeout: float | None = None) -> Any:
+        return await self.pool.request(*self._active_coordinator(), key, message, timeout=timeout)
 
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
@@ -441,17 +454,17 @@ class TabletServer:
         request = pb.AdjustIsrRequest(serverId=self.server_id)
         by_table: dict[int, pb.PbAdjustIsrReqForTable] = {}
         for bucket, isr in proposals.items():
-            replica = self.replica_manager.replicas[bucket]
+            proposer = self.replica_manager.replicas[bucket]
             table = by_table.get(bucket.table_id)
             if table is None:
                 table = request.tables_req.add(table_id=bucket.table_id)
                 by_table[bucket.table_id] = table
             entry = table.buckets_req.add(
                 bucket_id=bucket.bucket,
-                leader_epoch=replica.leader_epoch,
+                leader_epoch=proposer.leader_epoch,
                 new_isr=isr,
                 coordinator_epoch=self.coordinator_epoch,
-                bucket_epoch=replica.bucket_epoch,
+                bucket_epoch=proposer.bucket_epoch,
             )
             if bucket.partition_id is not None:
                 entry.partition_id = bucket.partition_id
@@ -607,7 +620,7 @@ class TabletServer:
     async def _pass_on(self, key: ApiKey, request: Message) -> Any:
         """Send a client's request to the coordinator as it came, even with required fields missing:
         the coordinator answers those with the right error code."""
-        connection = await self.pool.get(*self.coordinator)
+        connection = await self.pool.get(*self._active_coordinator())
         body = await connection.request_raw(key, request.SerializePartialToString())
         response = api_spec(key).response_type()
         response.ParseFromString(body)
@@ -644,6 +657,7 @@ class TabletServer:
             port=node.port,
             incarnation=self.incarnation,
             listeners=node.listeners,
+            rack=self.config.get_optional(options.TABLET_SERVER_RACK),
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:

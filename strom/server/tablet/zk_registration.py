@@ -23,6 +23,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
+from strom.common import config as options
 from strom.common.errors import FlussError
 from strom.common.supervision import supervise
 from strom.server.port_probe import probe
@@ -83,7 +84,11 @@ class ZooKeeperRegistration:
         path = self.paths.server_id(server.server_id)
         node = server.rpc.describe(server.server_id)
         registration = layout.tablet_server_registration(
-            node.host, node.port, None, int(time.time() * 1000), node.listeners
+            node.host,
+            node.port,
+            server.config.get_optional(options.TABLET_SERVER_RACK),
+            int(time.time() * 1000),
+            node.listeners,
         )
         internal = server.rpc.listeners.internal
         deadline = time.monotonic() + session_timeout(server.config) + 5

@@ -146,8 +146,8 @@ def parse_listeners(text: str, internal: str = LISTENER_NAME) -> tuple[str, int]
     endpoints = []
     for item in text.split(","):
         name, _, address = item.strip().partition("://")
-        host, _, port = address.rpartition(":")
-        endpoints.append((name, host.strip("[]"), int(port)))
+        host, _, port_text = address.rpartition(":")
+        endpoints.append((name, host.strip("[]"), int(port_text)))
     for name, host, port in endpoints:
         if name == internal:
             return host, port

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from strom.common.errors import KvStorageError, NotLeaderOrFollowerError
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
-from strom.server.tablet.kv.recovery import iter_recover
+from strom.server.tablet.kv.recovery import DEFAULT_READ_BYTES, iter_recover
 from strom.server.tablet.kv.snapshot import (
     CompletedSnapshot,
     KvSnapshotStore,
@@ -70,6 +70,7 @@ class KvManager:
         remote_data_dir: str | None = None,
         snapshot_num_retained: int = 2,
         write_buffer_bytes: int | None = None,
+        recover_read_bytes: int = DEFAULT_READ_BYTES,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
         on_snapshot: Callable[[Replica, CompletedSnapshot, float], None] = lambda replica, done, seconds: (
@@ -80,6 +81,7 @@ class KvManager:
         self.remote_data_dir = remote_data_dir
         self.snapshot_num_retained = snapshot_num_retained
         self.write_buffer_bytes = write_buffer_bytes
+        self.recover_read_bytes = recover_read_bytes  # changelog bytes read per replay step
         self.executor = executor
         self.commit_snapshot = commit_snapshot
         self.on_snapshot = on_snapshot  # every completed snapshot and how long it took (metrics)
@@ -188,7 +190,9 @@ class KvManager:
         )
         kv.use_schemas(replica.schema_history)
         try:
-            for _ in iter_recover(kv, log_tablet, start, row_count):
+            for _ in iter_recover(
+                kv, log_tablet, start, row_count, read_bytes=self.recover_read_bytes
+            ):
                 await asyncio.sleep(0)  # let other buckets' requests run between chunks
         except BaseException:
             kv.close()

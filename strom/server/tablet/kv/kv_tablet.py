@@ -34,9 +34,10 @@ from __future__ import annotations
 import itertools
 import struct
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast, overload
 
 import pyarrow as pa
 from rocksdict import (
@@ -189,7 +190,12 @@ class KvTablet:
         """AlterTable: writes and reads from now on are in the new schema."""
         self._use_schema(table_info)
 
-    def _upgrade(self, values: list[bytes | None]) -> list[bytes | None]:
+    @overload
+    def _upgrade(self, values: list[bytes]) -> list[bytes]: ...
+    @overload
+    def _upgrade(self, values: list[bytes | None]) -> list[bytes | None]: ...
+
+    def _upgrade(self, values: list[Any]) -> list[Any]:
         upgrader = self._upgrader
         if upgrader is None:
             return values
@@ -218,7 +224,8 @@ class KvTablet:
         try:
             db = Rdict(str(directory), _db_options(write_buffer_bytes))
             write_options = WriteOptions()
-            write_options.disable_wal = True  # the changelog is the write-ahead log
+            # the changelog is the write-ahead log; rocksdict's stub declares this property a method
+            write_options.disable_wal = True  # type: ignore[method-assign, assignment]
             db.set_write_options(write_options)
         except Exception as e:
             raise KvStorageError(f"cannot open the kv store in {directory}: {e}") from e
@@ -567,7 +574,7 @@ class KvTablet:
                 if upper is not None:
                     options.set_iterate_upper_bound(upper)
                 values: list[bytes] = []
-                for key, value in self._db.items(from_key=prefix, read_opt=options):
+                for key, value in self._bytes_items(from_key=prefix, read_opt=options):
                     if upper is None and not key.startswith(prefix):
                         break
                     values.append(value)
@@ -575,7 +582,7 @@ class KvTablet:
         except Exception as e:
             raise KvStorageError(f"prefix lookup in the kv store failed: {e}") from e
         if self._upgrader is not None:
-            out = [self._upgrade(values) for values in out]  # type: ignore[misc]
+            out = [self._upgrade(values) for values in out]
         return out
 
     def limit_scan(self, limit: int) -> list[bytes]:
@@ -587,12 +594,18 @@ class KvTablet:
             values = list(itertools.islice(self._db.values(), limit))
         except Exception as e:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
-        return self._upgrade(values)  # type: ignore[return-value]
+        return self._upgrade(values)
 
     def items(self) -> Iterable[tuple[bytes, bytes]]:
         """Every (key, stored value) in key order (tests, tools)."""
         self._check_usable()
-        return self._db.items()  # type: ignore[no-any-return]
+        return self._bytes_items()
+
+    def _bytes_items(
+        self, from_key: bytes | None = None, read_opt: ReadOptions | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        # rocksdict types keys as any of its key types; this database holds bytes keys and values only
+        return cast(Iterator[tuple[bytes, bytes]], self._db.items(from_key=from_key, read_opt=read_opt))
 
     # ---- snapshots and lifecycle -------------------------------------------------------------
 

@@ -16,7 +16,7 @@ Timestamps); without it pyarrow refuses sub-microsecond values.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 
 from strom.common.errors import KvStorageError, LogOffsetOutOfRangeError
@@ -78,7 +78,7 @@ def recover(
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
 
 
 def iter_recover(
@@ -88,7 +88,7 @@ def iter_recover(
     row_count: int | None = 0,
     *,
     read_bytes: int = DEFAULT_READ_BYTES,
-) -> Iterator[int]:
+) -> Generator[int, None, RecoveryResult]:
     """`recover` in steps: yields the next offset to replay after each chunk read from the log (so an
     event loop can run other work in between) and returns the RecoveryResult."""
     info = kv.table_info

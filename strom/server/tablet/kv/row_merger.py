@@ -26,7 +26,7 @@ Unset, it is ALLOW for the default engine and IGNORE for the others; FIRST_ROW a
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -58,7 +58,8 @@ _LONG_MIN = -(2**63)
 
 
 class RowMerger(Protocol):
-    delete_behavior: DeleteBehavior
+    @property
+    def delete_behavior(self) -> DeleteBehavior: ...  # read-only: the dataclass mergers are frozen
 
     def merge(self, old: bytes | None, new: bytes) -> bytes:
         """The value to keep after upserting `new`; `old` itself (identity) for no change."""
@@ -118,13 +119,15 @@ class VersionedRowMerger:
     def __init__(self, schema: Schema, version_column: str, delete_behavior: DeleteBehavior) -> None:
         if delete_behavior is DeleteBehavior.ALLOW:
             raise InvalidTableError("DELETE is not supported for the versioned merge engine.")
-        self.delete_behavior = delete_behavior
+        self.delete_behavior: DeleteBehavior = delete_behavior
         index = schema.column_index(version_column) if version_column in schema.column_names else -1
         if index < 0:
             raise InvalidTableError(
                 f"The version column '{version_column}' for versioned merge engine doesn't exist in schema."
             )
         t = schema.row_type[index]
+        # Every version is (value, nanos of the millisecond), so versions of any type compare alike.
+        self._version: Callable[[bytes | None], tuple[int, int]]
         if t.root is _R.INTEGER:
             self._version = _int_version
         elif t.root is _R.BIGINT:
@@ -140,7 +143,7 @@ class VersionedRowMerger:
         # Only the fields up to the version column need walking.
         self._fields = RowFields(schema.row_type[: index + 1], total_fields=len(schema.row_type))
 
-    def version(self, value: bytes) -> int | tuple[int, int]:
+    def version(self, value: bytes) -> tuple[int, int]:
         field = self._fields.field(value, self._index)
         return self._version(field)
 
@@ -153,12 +156,12 @@ class VersionedRowMerger:
         raise InvalidTableError("DELETE is not supported for the versioned merge engine.")
 
 
-def _int_version(field: bytes | None) -> int:
-    return _INT_MIN if field is None else read_varint32(field, 0)[0]
+def _int_version(field: bytes | None) -> tuple[int, int]:
+    return (_INT_MIN if field is None else read_varint32(field, 0)[0], 0)
 
 
-def _long_version(field: bytes | None) -> int:
-    return _LONG_MIN if field is None else read_varint64(field, 0)[0]
+def _long_version(field: bytes | None) -> tuple[int, int]:
+    return (_LONG_MIN if field is None else read_varint64(field, 0)[0], 0)
 
 
 def compact_timestamp_version(field: bytes | None) -> tuple[int, int]:
