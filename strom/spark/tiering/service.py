@@ -221,7 +221,8 @@ class TieringService:
                 log.warning("could not report the failure of %s: %s", assignment.path, report_error)
             self._released(assignment, "failed")
             return
-        beating.cancel()
+        finally:
+            beating.cancel()  # also when the round is cancelled (the service stops)
         try:
             response = await self._heartbeat(finished=(assignment, stats))
         except FlussError as e:
