@@ -144,3 +144,31 @@ def test_a_task_set_cancels_its_tasks_on_close(events):
 
     assert asyncio.run(main()) == 0
     assert events == []  # cancellation is not a failure
+
+
+def test_a_server_counts_failures_and_restarts_in_its_metrics():
+    from strom.metrics import Metrics
+    from strom.metrics.supervision import register_supervision_metrics
+
+    metrics = Metrics("tabletserver")
+    stop_counting = register_supervision_metrics(metrics)
+    runs = 0
+
+    async def flaky() -> None:
+        nonlocal runs
+        runs += 1
+        if runs < 3:
+            raise OSError("disk hiccup")
+
+    async def main() -> None:
+        await asyncio.wait_for(supervision.supervise(flaky, name="log-maintenance", backoff=Backoff(0.01)), 5)
+
+    try:
+        asyncio.run(main())
+    finally:
+        stop_counting()
+    sample = metrics.registry.get_sample_value
+    labels = {"task": "log-maintenance"}
+    assert sample("fluss_tabletserver_supervision_taskFailures_total", labels) == 2
+    assert sample("fluss_tabletserver_supervision_taskRestarts_total", labels) == 2
+    assert sample("fluss_tabletserver_supervision_fatalFailures_total", labels) is None
