@@ -22,7 +22,9 @@ from coordinator_proxy import CuttingProxy
 from harness import Cluster
 from test_tiering_service import Workload, create_tables, lake_config, session, wait_until_lake_matches
 
+from strom.common.supervision import FATAL_EXIT_CODE
 from strom.rpc.api import ApiKey
+from strom.server.launcher import free_port
 
 
 class Setup:
@@ -162,3 +164,19 @@ def test_tiering_goes_on_through_ten_coordinator_kills(setup: Setup, duck: duckd
     finally:
         stop(service)
     assert "coordinator unreachable" in log.read_text()
+
+
+def test_strom_tiering_exits_non_zero_when_it_cannot_go_on(tmp_path: Path) -> None:
+    """With no cluster to reach at all, run() ends with the error: the process exits 70 (not a process
+    that stays up and tiers nothing), so that whatever runs it starts it again."""
+    log = tmp_path / "tiering.log"
+    service = start_tiering(f"127.0.0.1:{free_port()}", lake_config(tmp_path), log)
+    try:
+        assert service.wait(60) == FATAL_EXIT_CODE
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
+    text = log.read_text()
+    assert "tiering service cannot go on" in text
+    assert "Failed to initialize the connection to the bootstrap servers" in text
