@@ -26,13 +26,15 @@ run: $(STAMP) $(if $(findstring --zookeeper,$(ARGS)),zookeeper)
 
 test: $(STAMP) zookeeper fuse
 	$(BIN)/ruff check strom tests scripts bench
+	$(BIN)/mypy
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check strom tests scripts bench
+	$(BIN)/mypy
 
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) strom-data .pytest_cache
+	rm -rf $(VENV) strom-data .pytest_cache .mypy_cache

@@ -7,8 +7,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 
@@ -43,7 +44,11 @@ def _setup_logging(level: str) -> None:
     )
 
 
-def _run_server(coroutine_factory) -> None:  # type: ignore[no-untyped-def]
+class _Server(Protocol):
+    async def stop(self) -> None: ...
+
+
+def _run_server(coroutine_factory: Callable[[], Awaitable[_Server]]) -> None:
     import uvloop
 
     from strom.common.errors import InvalidConfigError

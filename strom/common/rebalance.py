@@ -151,7 +151,7 @@ def plan_rebalance(
     leaders: dict[BucketKey, int] = {}
     for p in placements:
         rs = replicas[p.key]
-        leaders[p.key] = p.leader if p.leader in rs else rs[0]  # type: ignore[assignment]
+        leaders[p.key] = p.leader if p.leader in rs else rs[0]
     if GoalType.LEADER_DISTRIBUTION in goals:
         led = Counter({s: 0 for s in eligible})
         led.update(leaders.values())

@@ -225,7 +225,7 @@ def _compile(source: str, fields: list[_FieldCode], name: str) -> Callable[..., 
     for f in fields:
         namespace.update(f.helpers)
     exec(compile(source, f"<strom.compacted_row.{name}>", "exec"), namespace)
-    return namespace[name]  # type: ignore[no-any-return]
+    return namespace[name]
 
 
 def _encoder_source(fields: list[_FieldCode], header: int, key_mode: bool) -> str:
@@ -375,7 +375,7 @@ class CompactedRowDecoder:
 
         def decode_dict(buf: Buffer) -> dict[str, Any]:
             try:
-                return decode(buf)  # type: ignore[no-any-return]
+                return decode(buf)
             except _Malformed as e:
                 raise CorruptRecordError(f"malformed CompactedRow: {e}") from e
 
@@ -447,4 +447,4 @@ class NestedRowCodec:
 def compile_key_encoder(key_type: Sequence[DataType]) -> Callable[[Sequence[Any]], bytes]:
     """The CompactedRow field encodings concatenated with no null header; nulls are rejected."""
     fields = _field_codes(key_type)
-    return _compile(_encoder_source(fields, 0, key_mode=True), fields, "encode")  # type: ignore[no-any-return]
+    return _compile(_encoder_source(fields, 0, key_mode=True), fields, "encode")

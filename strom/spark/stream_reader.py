@@ -12,6 +12,7 @@ leave the offsets. Admission control (``maxRowsPerTrigger``) caps records per mi
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -86,7 +87,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 positions.update({k: Position(v) for k, v in earliest.items()})
         return planner.stream_offsets(self.table, partitions, positions)
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         lake = None
         if self.options.union_read and self.table.datalake_enabled:
             # pinned before Fluss's offsets are taken, so the lake is never ahead of them
@@ -100,7 +101,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = bridge.run_admin(self.connection, lambda admin: self._latest(admin, None))
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = StreamOffsets.from_json(start, self.table.table_id)
         latest = bridge.run_admin(self.connection, lambda admin: self._latest(admin, begin))
         if self._target is not None:
@@ -112,7 +113,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ reading
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = StreamOffsets.from_json(start, self.table.table_id)
         finish = StreamOffsets.from_json(end, self.table.table_id)
         ranges = []
@@ -139,7 +140,7 @@ class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, SplitGroup)
         return read_group(partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: Fluss keeps no consumer position, the checkpoint holds it."""
 
 

@@ -195,7 +195,7 @@ class VirtualBatchReader(DataSourceReader):
         self.schema_json = schema.json()
 
     def partitions(self) -> Sequence[InputPartition]:
-        return self.base.partitions()  # type: ignore[no-any-return]
+        return self.base.partitions()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _converted(self.base.read(partition), self.kind, self.columns, self.schema_json)
@@ -210,11 +210,11 @@ class VirtualStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = tuple(columns)
         self.schema_json = schema.json()
 
-    def initialOffset(self) -> dict:
-        return self.base.initialOffset()  # type: ignore[no-any-return]
+    def initialOffset(self) -> dict[str, Any]:
+        return self.base.initialOffset()
 
-    def latestOffset(self, start: dict, limit: Any) -> dict:
-        return self.base.latestOffset(start, limit)  # type: ignore[no-any-return]
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
+        return self.base.latestOffset(start, limit)
 
     def getDefaultReadLimit(self) -> Any:
         return self.base.getDefaultReadLimit()
@@ -222,13 +222,13 @@ class VirtualStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.base.prepareForTriggerAvailableNow()
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return self.base.partitions(start, end)  # type: ignore[no-any-return]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        return self.base.partitions(start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _converted(self.base.read(partition), self.kind, self.columns, self.schema_json)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         self.base.commit(end)
 
 

@@ -34,7 +34,7 @@ SCHEMA = pa.schema(
 )
 REGIONS = ("eu", "us")
 
-LAYOUTS = {
+LAYOUTS: dict[str, dict[str, Any]] = {
     "plain": {"bucket_count": 3},
     "keyed": {"bucket_count": 4, "bucket_keys": ["name"]},
     "partitioned": {"bucket_count": 2, "partition_keys": ["region"]},

@@ -127,9 +127,11 @@ def subscriptions(layout: str, partitions: dict[str, int]) -> list[tuple[int | N
 Placed = list[tuple[int | None, int, str, dict[str, Any]]]  # partition id, bucket, change type, row
 
 
-async def end_offsets(conn: Connection, path: TablePath, subs: list) -> dict[tuple[int | None, int], int]:
+async def end_offsets(
+    conn: Connection, path: TablePath, subs: list[tuple[int | None, int]]
+) -> dict[tuple[int | None, int], int]:
     admin = conn.get_admin()
-    names = (
+    names: dict[int | None, str] = (
         {p.partition_id: p.partition_name for p in await admin.list_partition_infos(path)}
         if any(pid is not None for pid, _ in subs)
         else {}
@@ -168,7 +170,9 @@ async def changelog_with_pyfluss(
     return [(p, b, kind, row) for p, b, _, kind, row in seen]
 
 
-async def changelog_with_strom(conn: Connection, path: TablePath, subs: list) -> Placed:
+async def changelog_with_strom(
+    conn: Connection, path: TablePath, subs: list[tuple[int | None, int]]
+) -> Placed:
     table = await conn.get_table(path)
     scanner = table.new_scan().create_log_scanner()
     for pid, bucket in subs:

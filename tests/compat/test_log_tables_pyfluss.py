@@ -92,7 +92,7 @@ def test_bucket_key_routing_keeps_per_key_order(shared_cluster: Cluster) -> None
                 for record in records.records(bucket):
                     assert record.change_type == fluss.ChangeType.AppendOnly
                     seen.append((bucket.bucket_id, record.offset, record.row["id"], record.row["tag"]))
-        tags_per_bucket: dict[int, set[int]] = {}
+        tags_per_bucket: dict[int, set[str]] = {}
         for bucket, _, _, tag in seen:
             tags_per_bucket.setdefault(bucket, set()).add(tag)
         # one tag lives in exactly one bucket, and offsets within a bucket are dense and ordered

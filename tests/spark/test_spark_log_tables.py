@@ -91,7 +91,7 @@ def test_batch_read_is_bounded_by_planning_offsets_and_time(spark: Any, shared_c
 
     with_meta = reader(spark, shared_cluster, name, **{"scan.include-metadata": "true"}).toArrow()
     assert with_meta.column_names[-3:] == ["__bucket", "__offset", "__timestamp"]
-    per_bucket = {}
+    per_bucket: dict[int, list[int]] = {}
     for bucket, offset in zip(
         with_meta["__bucket"].to_pylist(), with_meta["__offset"].to_pylist(), strict=True
     ):
@@ -102,6 +102,7 @@ def test_batch_read_is_bounded_by_planning_offsets_and_time(spark: Any, shared_c
 def test_partitioned_table_with_partition_pruning(spark: Any, shared_cluster: Cluster) -> None:
     from strom.spark.batch_reader import FlussPushdownReader
     from strom.spark.datasource import FlussDataSource
+    from strom.spark.splits import SplitGroup
 
     name = unique("spark_parted")
     schema = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.int32())])
@@ -152,7 +153,9 @@ def test_partitioned_table_with_partition_pruning(spark: Any, shared_cluster: Cl
     assert isinstance(batch, FlussPushdownReader)
     back = list(batch.pushFilters([EqualTo(("region",), "eu"), In(("v",), (1, 2))]))
     assert back == [In(("v",), (1, 2))]
-    planned = [r for group in batch.partitions() for r in group.ranges]
+    groups = batch.partitions()
+    assert all(isinstance(g, SplitGroup) for g in groups)
+    planned = [r for group in groups if isinstance(group, SplitGroup) for r in group.ranges]
     assert {r.partition_name for r in planned} == {"eu"}
     assert sum(r.records for r in planned) == 100
 

@@ -101,7 +101,7 @@ def test_union_read_takes_tiered_rows_from_the_lake_and_the_rest_from_fluss(
     balances: dict[int, float] = {}
 
     def change_accounts(version: int, keys: range, deletes: list[int]) -> None:
-        upserts = [{"id": k, "balance": float(version * 100 + k)} for k in keys]
+        upserts: list[dict[str, Any]] = [{"id": k, "balance": float(version * 100 + k)} for k in keys]
         apply_changes(cluster.bootstrap, "accounts", upserts, [{"id": k} for k in deletes])
         balances.update({r["id"]: r["balance"] for r in upserts})
         for k in deletes:

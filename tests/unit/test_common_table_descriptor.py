@@ -1,5 +1,6 @@
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -101,7 +102,7 @@ def test_partitioned_pk_table_default_bucket_keys_exclude_partition_keys() -> No
         ({"partition_keys": ["k"]}, "should not be same with partition fields"),
     ],
 )
-def test_pk_table_key_consistency(kwargs: dict, match: str) -> None:
+def test_pk_table_key_consistency(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         TableDescriptor(pk_schema(), **kwargs)
 

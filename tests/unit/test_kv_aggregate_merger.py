@@ -68,7 +68,8 @@ def test_numeric_functions_ignore_nulls_and_wrap_like_java(tmp_path: Path) -> No
     assert t.lookup(1) == (1, 2**63 + 4 - 2**64, -56, Decimal("3.75"), pytest.approx(0.72), 0.75, 7, -1.5)
     # DECIMAL(5, 2) holds at most 999.99: an overflowing sum becomes null, as Fluss's Decimal does
     t.put([(1, 0, 0, Decimal("999.99"), 1.0, 0.0, 0, 0.0)])
-    assert t.lookup(1)[3] is None
+    row = t.lookup(1)
+    assert row is not None and row[3] is None
 
 
 def test_value_functions_and_nulls(tmp_path: Path) -> None:

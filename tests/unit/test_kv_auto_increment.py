@@ -4,10 +4,12 @@ column rules; and the key-only rows that Lookup's insert_if_not_exists writes.""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from kv_table_maker import KvTable, make_info
+from kv_table_maker import KvTable, Op, make_info
 
 from strom.common.errors import InvalidTableError, InvalidTargetColumnError, UnknownServerError
 from strom.common.schema import Column, Schema
@@ -38,7 +40,9 @@ def dictionary(tmp_path: Path, id_type=BIGINT, cache_size: int = 3) -> KvTable: 
     return KvTable(tmp_path, make_info(schema, {"table.auto-increment.cache-size": str(cache_size)}))
 
 
-def put(t: KvTable, sequence: Sequence, ops: list, targets: list[int] | None = (0, 2)):  # type: ignore[no-untyped-def,assignment]
+def put(
+    t: KvTable, sequence: Sequence, ops: list[Op], targets: Iterable[int] | None = (0, 2)
+) -> list[tuple[str, tuple[Any, ...]]]:
     auto = t.kv.auto_increment
     assert auto is not None
     asyncio.run(auto.reserve(len(ops), sequence))

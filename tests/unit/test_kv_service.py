@@ -106,7 +106,9 @@ class Client:
         acks: int = -1,
         schema_id: int | None = None,
     ) -> pb.PutKvRequest:
-        records = [(self.key_encoder.encode_key(r), self.encode_row(r)) for r in rows]
+        records: list[tuple[bytes, bytes | None]] = [
+            (self.key_encoder.encode_key(r), self.encode_row(r)) for r in rows
+        ]
         records += [(self.key(a, b), None) for a, b in deletes]
         batch = build_kv_batch(
             records,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kv_table_maker import KvTable, make_info
+from kv_table_maker import KvTable, Op, make_info
 
 from strom.common.errors import KvStorageError
 from strom.common.schema import Column, Schema
@@ -39,7 +39,7 @@ def schema() -> Schema:
 def write_rounds(t: KvTable, rounds: range, *, writer_id: int = -1) -> None:
     """Upserts, updates, deletes (also of missing keys) and no-op batches over several PutKvs."""
     for r in rounds:
-        ops = [(k, f"r{r}-{k}", r * 100 + k) for k in range(r % 7, 60, 3)]
+        ops: list[Op] = [(k, f"r{r}-{k}", r * 100 + k) for k in range(r % 7, 60, 3)]
         ops += [("-", k) for k in range(r % 5, 60, 11)]
         ops.append(("-", 1000 + r))
         idempotent = writer_id >= 0
@@ -187,7 +187,7 @@ class _WritesDuringFlush(ThreadPoolExecutor):
     """Runs `KvTablet.flush_memtable` on its thread, then has `write` run on the event loop before
     the flush counts as done: a PutKv that arrives while the snapshot's memtable flush runs."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[], None]) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, write: Callable[[], object]) -> None:
         super().__init__(max_workers=1)
         self.loop = loop
         self.write = write
@@ -254,12 +254,12 @@ def test_failed_upload_leaves_nothing_behind(tmp_path: Path) -> None:
             raise OSError("disk full")
         real_put(src, dst, **kwargs)
 
-    store.fs.put_file = flaky_put  # type: ignore[method-assign]
+    store.fs.put_file = flaky_put
     try:
         with pytest.raises(KvStorageError, match="disk full"):
             pending.upload()
     finally:
-        store.fs.put_file = real_put  # type: ignore[method-assign]
+        store.fs.put_file = real_put
     snapshotter.abort(pending)
     assert store.snapshot_ids() == [] and store.snapshot_dir_ids() == []
     assert list((tmp_path / "remote" / "shared").iterdir()) == []

@@ -371,7 +371,7 @@ def test_lookup_prefix_and_limit_scan_are_byte_exact(tmp_path: Path) -> None:
     t.put(rows)
     values = t.kv.multi_get([t.key(1, "y"), t.key(9, "q"), t.key(3, "z")])
     assert values == [t.value((1, "y", 11)), None, t.value((3, "z", 30))]
-    assert values[0][:2] == b"\x01\x00"  # int16 LE schema id in front of the row
+    assert values[0] is not None and values[0][:2] == b"\x01\x00"  # int16 LE schema id in front of the row
     # the bucket key (a) encodes to a prefix of the primary key (a, b) with kv format version 2
     bucket_key = CompactedKeyEncoder([INT()]).encode
     assert t.key(1, "x").startswith(bucket_key([1]))

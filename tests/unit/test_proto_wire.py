@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal_pb
@@ -117,7 +118,7 @@ PACKED_CASES = [
 
 @pytest.mark.parametrize(("message_cls", "field_name", "prefix"), PACKED_CASES)
 def test_packed_and_unpacked_repeated_int32_both_parse(
-    message_cls: type, field_name: str, prefix: bytes
+    message_cls: type[Message], field_name: str, prefix: bytes
 ) -> None:
     number = message_cls.DESCRIPTOR.fields_by_name[field_name].number
     values = [0, 3, 200]

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from strom.common.rebalance import BucketMove, Placement, RebalanceImpossible, plan_rebalance
+from strom.common.rebalance import BucketKey, BucketMove, Placement, RebalanceImpossible, plan_rebalance
 
 
 def placements(layout: list[tuple[int, ...]], table_id: int = 1) -> list[Placement]:
@@ -15,7 +15,7 @@ def placements(layout: list[tuple[int, ...]], table_id: int = 1) -> list[Placeme
 
 def after(
     before: list[Placement], moves: list[BucketMove]
-) -> dict[tuple, tuple[tuple[int, ...], int | None]]:
+) -> dict[BucketKey, tuple[tuple[int, ...], int | None]]:
     result = {p.key: (p.replicas, p.leader) for p in before}
     for m in moves:
         assert result[m.key] == (m.original_replicas, m.original_leader)
@@ -23,7 +23,9 @@ def after(
     return result
 
 
-def counts(result: dict) -> tuple[Counter, Counter]:
+def counts(
+    result: dict[BucketKey, tuple[tuple[int, ...], int | None]],
+) -> tuple[Counter[int], Counter[int | None]]:
     replicas = Counter(r for rs, _ in result.values() for r in rs)
     leaders = Counter(leader for _, leader in result.values())
     return replicas, leaders

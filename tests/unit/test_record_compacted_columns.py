@@ -4,6 +4,7 @@ path: the same Arrow arrays for every supported type, nulls and edge values, and
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -57,7 +58,7 @@ def test_same_arrays_as_the_per_row_decoder(seed: int) -> None:
 def test_edge_values() -> None:
     types = [INT(), BIGINT(), STRING(), TIME(0), TIMESTAMP(0), TIMESTAMP(9)]
     encoder = CompactedRowEncoder(types)
-    edge = [
+    edge: list[list[Any]] = [
         [-(2**31), -(2**63), "", None, None, None],
         [2**31 - 1, 2**63 - 1, "𝄞" * 1000, None, None, None],
         [None, None, None, None, None, None],

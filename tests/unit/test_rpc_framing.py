@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import random
 import struct
+from typing import Any
 
 import pytest
 import uvloop
@@ -22,7 +23,7 @@ from strom.rpc.client import RpcConnection
 from strom.rpc.framing import encode_request, response_header
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.limits import RpcLimits
-from strom.rpc.server import RequestContext, RpcServer
+from strom.rpc.server import Handler, RequestContext, RpcServer
 
 
 def test_first_bytes_of_the_official_client_handshake() -> None:
@@ -42,7 +43,7 @@ def test_response_header_layout() -> None:
     assert response_header(1, 7, 10) == struct.pack(">ibi", 15, 1, 7)
 
 
-async def _serve(handlers: dict, **kwargs) -> RpcServer:  # type: ignore[type-arg]
+async def _serve(handlers: dict[ApiKey, Handler], **kwargs: Any) -> RpcServer:
     server = RpcServer(
         name="test server",
         host="127.0.0.1",

@@ -45,7 +45,7 @@ SASL_CONFIG = {
 
 def grant(
     authorizer: Authorizer, principal: Principal, op: OperationType, resource: Resource, host: str = "*"
-):
+) -> None:
     authorizer.set_entries(resource, authorizer.entries(resource) | {AclEntry(principal, host, op)})
 
 
@@ -205,6 +205,7 @@ def test_bad_listener_settings_name_the_problem(config: dict[str, str], message:
 def test_servers_derive_their_login_from_the_cluster_configuration() -> None:
     assert cluster_login({}) is None
     login = cluster_login(SASL_CONFIG)
+    assert login is not None
     assert (login.username, login.password) == ("admin", "admin-secret")
     explicit = {
         **SASL_CONFIG,
@@ -212,7 +213,8 @@ def test_servers_derive_their_login_from_the_cluster_configuration() -> None:
         "client.security.sasl.username": "alice",
         "client.security.sasl.password": "alice-secret",
     }
-    assert cluster_login(explicit).username == "alice"
+    explicit_login = cluster_login(explicit)
+    assert explicit_login is not None and explicit_login.username == "alice"
     with pytest.raises(InvalidConfigError, match=r"super\.users"):
         cluster_login({k: v for k, v in SASL_CONFIG.items() if k != "super.users"})
     assert client_properties(SASL_CONFIG) == {

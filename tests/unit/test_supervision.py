@@ -9,6 +9,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -17,14 +18,14 @@ from strom.common.supervision import Backoff, Event, Policy, TaskSet
 
 
 @pytest.fixture
-def events():
+def events() -> Iterator[list[tuple[Event, str]]]:
     seen: list[tuple[Event, str]] = []
     remove = supervision.add_listener(lambda event, name: seen.append((event, name)))
     yield seen
     remove()
 
 
-def test_a_failing_loop_restarts_with_growing_delays(events):
+def test_a_failing_loop_restarts_with_growing_delays(events: list[tuple[Event, str]]) -> None:
     starts: list[float] = []
 
     async def flaky() -> None:
@@ -47,12 +48,12 @@ def test_a_failing_loop_restarts_with_growing_delays(events):
     assert events.count((Event.RESTARTED, "flaky")) == 3
 
 
-def test_backoff_is_capped():
+def test_backoff_is_capped() -> None:
     delays = Backoff(initial=1, maximum=5, factor=3).delays()
     assert [next(delays) for _ in range(4)] == [1, 3, 5, 5]
 
 
-def test_a_fatal_failure_calls_the_fatal_handler(events):
+def test_a_fatal_failure_calls_the_fatal_handler(events: list[tuple[Event, str]]) -> None:
     fatal: list[str] = []
     supervision.set_fatal_handler(fatal.append)
     runs = 0
@@ -74,7 +75,7 @@ def test_a_fatal_failure_calls_the_fatal_handler(events):
     assert (Event.FATAL, "main loop") in events
 
 
-def test_a_fatal_failure_exits_the_process_non_zero():
+def test_a_fatal_failure_exits_the_process_non_zero() -> None:
     script = textwrap.dedent(
         """
         import asyncio
@@ -98,7 +99,7 @@ def test_a_fatal_failure_exits_the_process_non_zero():
     assert "the coordinator is gone for good" in done.stderr
 
 
-def test_cancelling_a_supervised_loop_stops_it(events):
+def test_cancelling_a_supervised_loop_stops_it(events: list[tuple[Event, str]]) -> None:
     async def forever() -> None:
         await asyncio.sleep(60)
 
@@ -113,7 +114,9 @@ def test_cancelling_a_supervised_loop_stops_it(events):
     assert events == []
 
 
-def test_a_spawned_task_is_held_and_its_error_observed(events, caplog):
+def test_a_spawned_task_is_held_and_its_error_observed(
+    events: list[tuple[Event, str]], caplog: pytest.LogCaptureFixture
+) -> None:
     async def later(gate: asyncio.Event) -> None:
         await gate.wait()
         raise ValueError("lost unless observed")
@@ -133,7 +136,7 @@ def test_a_spawned_task_is_held_and_its_error_observed(events, caplog):
     assert "lost unless observed" in caplog.text
 
 
-def test_a_task_set_cancels_its_tasks_on_close(events):
+def test_a_task_set_cancels_its_tasks_on_close(events: list[tuple[Event, str]]) -> None:
     async def main() -> int:
         tasks = TaskSet("owner")
         for i in range(3):
@@ -146,7 +149,7 @@ def test_a_task_set_cancels_its_tasks_on_close(events):
     assert events == []  # cancellation is not a failure
 
 
-def test_a_server_counts_failures_and_restarts_in_its_metrics():
+def test_a_server_counts_failures_and_restarts_in_its_metrics() -> None:
     from strom.metrics import Metrics
     from strom.metrics.supervision import register_supervision_metrics
 

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import Message
 
 from strom.common.table_path import TablePath
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -43,7 +44,7 @@ def test_the_extension_fields_name_the_job_and_fluss_parsers_skip_them() -> None
     assert [f.name for f, _ in fluss_only.ListFields()] == ["request_table"]
 
 
-def fluss_shaped(message_class: type) -> type:
+def fluss_shaped(message_class: type[Message]) -> type[Message]:
     """The message class without Strom's extension fields (numbers 1000 and above): Fluss's shape."""
     file = descriptor_pb2.FileDescriptorProto()
     message_class.DESCRIPTOR.file.CopyToProto(file)

@@ -48,7 +48,7 @@ class ConcurrentCommitError(ValidationException):
 class _DeleteManifestWriter(ManifestWriterV2):
     """A v2 manifest writer for position-delete files (content = deletes)."""
 
-    def content(self) -> ManifestContent:  # type: ignore[override]
+    def content(self) -> ManifestContent:
         return ManifestContent.DELETES
 
     @property

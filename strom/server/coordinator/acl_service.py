@@ -15,6 +15,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.security.acl import (
     AclBinding,
+    AclEntry,
     AclFilter,
     OperationType,
     Resource,
@@ -62,7 +63,7 @@ class AclService:
             session.principal, session.host, OperationType.ALL, resource.acl_owner()
         )
 
-    def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset) -> None:
+    def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset[AclEntry]) -> None:
         if entries:
             self.store.put_document(_document_key(resource), encode_entries(set(entries)))
         else:

@@ -86,7 +86,7 @@ class Controller:
                 server.host,
                 server.port,
                 key,
-                message,  # type: ignore[arg-type]
+                message,
                 timeout=NOTIFY_TIMEOUT,
             )
         except FlussError as e:

@@ -18,7 +18,7 @@ import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -45,6 +45,10 @@ from strom.server.server_options import check_server_config
 from strom.server.store.sqlite import SqliteMetadataStore
 from strom.server.tablet.acl_sync import AclSync
 
+if TYPE_CHECKING:
+    # kazoo is imported only when zookeeper.address is set
+    from strom.server.coordinator.election import CoordinatorElection
+
 log = logging.getLogger(__name__)
 
 COORDINATOR_ID = 0
@@ -64,7 +68,7 @@ class CoordinatorServer:
         self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
         self.active: ActiveCoordinator | None = None
         self._activation = asyncio.Lock()
-        self.election: Any = None  # strom.server.coordinator.election.CoordinatorElection, with ZooKeeper
+        self.election: CoordinatorElection | None = None  # with ZooKeeper, from start()
         self.metrics = Metrics("coordinator")
         self.metrics_server: MetricsServer | None = None
         register_coordinator_metrics(self.metrics, lambda: self.active)
@@ -163,7 +167,7 @@ class CoordinatorServer:
             raise LeaderNotAvailableError(
                 "no coordinator is active at the moment (starting, or electing a new one); retry shortly"
             )
-        return target  # type: ignore[no-any-return]
+        return target
 
     async def _active_request(self, key: ApiKey, request: Message, timeout: float | None = None) -> Any:
         return await self.pool.request(*self._active_address(), key, request, timeout=timeout)
@@ -172,7 +176,7 @@ class CoordinatorServer:
         active = self.active
         if active is not None:
             return await active.handlers[key](request, ctx)
-        return await self._active_request(key, request)  # type: ignore[no-any-return]
+        return await self._active_request(key, request)
 
     async def _mirror_acls(self) -> None:
         assert self._acl_mirror is not None

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from strom.server.store.base import (
     BucketAssignment,
@@ -70,11 +71,11 @@ class SqliteMetadataStore(MetadataStore):
             if outer:
                 self._db.execute("COMMIT")
 
-    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self.transaction():
             return self._db.execute(sql, args)
 
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 

@@ -115,7 +115,7 @@ class RemoteLogManager:
                 remote.segments = [RemoteSegment(**s) for s in obj["segments"]]
                 remote.tiered_end = obj.get("end_offset")  # absent in manifests written before it was
             replica.remote = remote
-        return replica.remote  # type: ignore[return-value]
+        return replica.remote
 
     async def run(self, interval: float) -> None:
         while True:

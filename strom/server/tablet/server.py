@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf.message import Message
 
@@ -54,6 +54,10 @@ from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherM
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 from strom.server.tablet.replica_status import describe_replicas
 from strom.server.tablet.schema_history import load_schema_history
+
+if TYPE_CHECKING:
+    # kazoo is imported only when zookeeper.address is set
+    from strom.server.tablet.zk_registration import ZooKeeperRegistration
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +174,7 @@ class TabletServer:
         self._refreshed: dict[int, float] = {}  # table id -> when `_refresh_table` last asked
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
-        self.zookeeper: Any = None  # strom.server.tablet.zk_registration.ZooKeeperRegistration
+        self.zookeeper: ZooKeeperRegistration | None = None  # with zookeeper.address, from start()
         self._tasks = TaskSet("tablet server")
         self._stop_counting_supervision: Callable[[], None] = lambda: None
         self._registered = asyncio.Event()
@@ -281,7 +285,7 @@ class TabletServer:
     async def _cluster_coordinator_epoch(self) -> int:
         """The cluster's coordinator epoch, from its source of truth (for the coordinator fence)."""
         if self.zookeeper is not None:
-            return await self.zookeeper.coordinator_epoch()  # type: ignore[no-any-return]
+            return await self.zookeeper.coordinator_epoch()
         response = await self._coordinator_request(
             ApiKey.TABLET_SERVER_HEARTBEAT,
             internal.TabletServerHeartbeatRequest(server_id=self.server_id, session_id=self.session_id or 0),
