@@ -344,6 +344,7 @@ class LocalCluster:
         not spin."""
         tiering_exits = 0
         restart_at: float | None = None
+        tiering_started = time.monotonic()
         while not stopping():
             for server in self.processes:
                 if server.process is not None and server.process.poll() is not None:
@@ -353,6 +354,8 @@ class LocalCluster:
                     )
                     server.process = None
                     if server is self.tiering:
+                        if time.monotonic() - tiering_started > TIERING_RESTART_MAX_DELAY:
+                            tiering_exits = 0  # it ran a good while: not a crash loop
                         delay = min(TIERING_RESTART_MAX_DELAY, 2.0**tiering_exits)
                         tiering_exits += 1
                         restart_at = time.monotonic() + delay
@@ -360,6 +363,7 @@ class LocalCluster:
             if self.tiering is not None and restart_at is not None and time.monotonic() >= restart_at:
                 restart_at = None
                 self.tiering.start()
+                tiering_started = time.monotonic()
                 write_cluster_json(self.data_dir, self.cluster_entry())
                 report(f"tiering service restarted: pid {self.tiering.pid}")
             time.sleep(0.2)
