@@ -100,7 +100,8 @@ class EmbeddedLiveness(Liveness):
                 }
             ).encode(),
         )
-        spawn(self.coordinator.server_registered(server, restarted), name="server-registered")
+        unclean_start = incarnation if request.unclean_shutdown else None
+        spawn(self.coordinator.server_registered(server, restarted, unclean_start), name="server-registered")
         return internal.RegisterTabletServerResponse(
             coordinator_epoch=self.coordinator.coordinator_epoch,
             session_id=server.session_id,
