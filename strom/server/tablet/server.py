@@ -44,8 +44,10 @@ from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
+from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
@@ -99,6 +101,7 @@ class TabletServer:
         self.config = Configuration(config)
         check_server_config(self.config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
+        self.clean_shutdown = CleanShutdown(data_dir)
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -143,7 +146,8 @@ class TabletServer:
             server_id,
             remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
-            write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            rocksdb=SharedRocksDb(RocksDbSettings.from_config(self.config)),
+            open_concurrency=self.config.get(options.KV_OPEN_CONCURRENCY),
             recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
@@ -234,6 +238,8 @@ class TabletServer:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything is written: from here on a crash must look unclean
+        await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
         asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
         await self.rpc.start()
@@ -258,6 +264,11 @@ class TabletServer:
         self._tasks.append(
             asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
         )
+        idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
+        if idle_flush > 0:
+            self._tasks.append(
+                asyncio.create_task(self.kv_manager.run_idle_flush(idle_flush), name="kv-idle-flush")
+            )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -270,6 +281,8 @@ class TabletServer:
         await self.pool.close()
         self.kv_manager.close()
         self.replica_manager.close()
+        # only now is everything on disk: the next start may trust its replicas
+        self.clean_shutdown.record()
         if self.metrics_server is not None:
             self.metrics_server.close()
 
@@ -445,6 +458,8 @@ class TabletServer:
             replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
                 r, candidate
             )
+            # open RocksDB now, in the background, so the first write does not wait for it
+            self.kv_manager.open_soon(replica)
 
     def _on_follower(self, replica: Replica) -> None:
         replica.held_remote = (0, 0)  # the remote log is the leader's to keep
@@ -725,6 +740,7 @@ class TabletServer:
             incarnation=self.incarnation,
             listeners=node.listeners,
             rack=self.config.get_optional(options.TABLET_SERVER_RACK),
+            unclean_shutdown=self.clean_shutdown.unclean,
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:
