@@ -2,7 +2,8 @@
 table's log segments outlive table.log.ttl, locally and in remote storage, on the leader and the
 follower, until the lake's committed offsets (driven here through the coordinator's real
 CommitLakeTableSnapshot API) cover them; table.datalake.retention-hold.max-duration lets them go
-anyway, loudly; table.datalake.remote-log.drop-tiered drops lake-covered remote segments early."""
+anyway, loudly; table.datalake.remote-log.drop-tiered drops lake-covered remote segments early; and a
+restarted server learns the lake offsets from the coordinator."""
 
 from __future__ import annotations
 
@@ -110,7 +111,7 @@ def test_lake_enabled_log_waits_for_the_lake(cluster_factory: Any, tmp_path: Pat
         "dropped": {**lake, "table.log.ttl": "1h", "table.datalake.remote-log.drop-tiered": "true"},
     }
 
-    async def main() -> None:
+    async def main() -> int:
         async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
             admin = conn.get_admin()
             ids = {}
@@ -189,8 +190,20 @@ def test_lake_enabled_log_waits_for_the_lake(cluster_factory: Any, tmp_path: Pat
                 return await earliest("dropped") == now[leader_of(now)].log_start_offset > 0
 
             await eventually(remote_dropped, "the lake-covered remote segments to be dropped")
+            return ids["held"]
 
-    asyncio.run(asyncio.wait_for(main(), 120))
+    held_id = asyncio.run(asyncio.wait_for(main(), 120))
+
+    # a restarted server learns the lake offsets from the coordinator, not from the next commit
+    follower_id = next(i for i, r in asyncio.run(replicas(cluster, held_id)).items() if not r.leader)
+    cluster.kill_tablet_server(follower_id)
+    cluster.start_tablet_server(follower_id)
+
+    async def learnt() -> bool:
+        replica = (await replicas(cluster, held_id)).get(follower_id)
+        return replica is not None and replica.lake_log_end_offset == ROWS
+
+    asyncio.run(eventually(learnt, "the restarted follower to learn the lake offset", timeout=20))
     logs = "\n".join(p.read_text() for p in (cluster.base_dir / "logs").glob("tablet-server-*.log"))
     forced = [line for line in logs.splitlines() if "LAKE RETENTION HOLD EXPIRED" in line]
     assert forced and all("fluss.bounded" in line for line in forced), forced
