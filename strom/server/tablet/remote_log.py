@@ -8,7 +8,8 @@ client reads those segments itself — except segments holding batches of an old
 has since added columns: clients (pyfluss 1.0) read every batch with the current schema, so the server
 reads those segments itself and answers with the batches rebuilt under the current schema, as it does
 for local ones. Only log tables are tiered: a primary-key table's changelog stays local because it
-rebuilds the KV state.
+rebuilds the KV state. Remote segments expire by table.log.ttl; for lake-enabled tables only once the
+lake has their records (strom/server/tablet/log/lake_hold.py).
 """
 
 from __future__ import annotations
