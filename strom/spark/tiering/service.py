@@ -34,7 +34,7 @@ from strom.metrics.tiering import TieringMetrics
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.spark.tiering.runner import SplitRunner
-from strom.spark.tiering.splits import TieringSplit, plan_splits
+from strom.spark.tiering.tiering_splits import TieringSplit, plan_splits
 
 log = logging.getLogger("strom.tiering")
 
