@@ -6,12 +6,17 @@ Fluss's value syntax (``"100ms"``, ``"2mb"``). The shorter keys of the pyfluss `
 (``writer.acks``, ``writer.batch-timeout-ms``, ``connect-timeout``, ...) are accepted too, so a
 settings dict written for pyfluss works here unchanged. Keys Strom does not know are kept in
 `properties` (Fluss ignores them as well), where later components can read their own options.
+
+The options themselves (key, type, default, description) are declared once, in
+`strom.common.config.CLIENT_OPTIONS`; the dataclass below repeats their defaults as typed values
+(the test of option readers checks they agree), and docs/configuration.md is generated from that
+catalogue. `tests/unit/test_client_option_readers.py`
+names the code that reads each field.
 """
 
 from __future__ import annotations
 
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -23,7 +28,7 @@ from strom.common.errors import ConfigError
 from strom.rpc.client import SaslPlain
 from strom.security.jaas import parse_jaas_credentials
 
-DEFAULT_BOOTSTRAP_SERVERS = ("127.0.0.1:9123",)  # what `strom local` prints, and pyfluss's default
+DEFAULT_BOOTSTRAP_SERVERS: tuple[str, ...] = tuple(cfg.BOOTSTRAP_SERVERS.default or ())
 MAX_INFLIGHT_REQUESTS_PER_BUCKET_FOR_IDEMPOTENCE = 5
 _INT_MAX = (1 << 31) - 1
 
@@ -32,124 +37,18 @@ class ClientConfigError(ConfigError, ValueError):
     """The client configuration is invalid."""
 
 
-# ------------------------------------------------------------------------- options not in common
-
-BOOTSTRAP_SERVERS: ConfigOption[list[str]] = ConfigOption(
-    "bootstrap.servers",
-    list,
-    list(DEFAULT_BOOTSTRAP_SERVERS),
-    "host:port pairs for the first connection; the client learns the whole cluster from them.",
-)
-CLIENT_ID: ConfigOption[str] = ConfigOption("client.id", str, "", "A name for this client in server logs.")
-CLIENT_WRITER_BUFFER_PAGE_SIZE: ConfigOption[MemorySize] = ConfigOption(
-    "client.writer.buffer.page-size", MemorySize, MemorySize(128 << 10), "Size of one writer buffer page."
-)
-CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigOption(
-    "client.writer.buffer.per-request-memory-size",
-    MemorySize,
-    MemorySize(16 << 20),
-    "Memory the writer allocates at once for one request's batches.",
-)
-CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta | None] = ConfigOption(
-    "client.writer.buffer.wait-timeout",
-    timedelta,
-    None,
-    "Longest a write blocks waiting for buffer memory; unset means no limit.",
-)
-CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED: ConfigOption[bool] = ConfigOption(
-    "client.writer.dynamic-batch-size.enabled",
-    bool,
-    True,
-    "Size new batches from recent write sizes, between the page size and client.writer.batch-size.",
-)
-CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
-    "client.writer.dynamic-create-partition.enabled",
-    bool,
-    True,
-    "Create a missing partition when a row is written to it.",
-)
-CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE: ConfigOption[timedelta] = ConfigOption(
-    "client.writer.kv-backpressure.max-throttle",
-    timedelta,
-    timedelta(milliseconds=3000),
-    "Upper bound of the per-bucket delay applied when the server reports KV write pressure.",
-)
-CLIENT_SCANNER_LOG_CHECK_CRC: ConfigOption[bool] = ConfigOption(
-    "client.scanner.log.check-crc", bool, True, "Check the CRC of every fetched record batch."
-)
-CLIENT_SCANNER_LOG_READ_PREFERENCE: ConfigOption[str] = ConfigOption(
-    "client.scanner.log.read-preference",
-    str,
-    "local-first",
-    "Where a log scanner prefers to read from: local-first or remote-first.",
-)
-CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM: ConfigOption[int] = ConfigOption(
-    "client.scanner.remote-log.prefetch-num", int, 4, "Remote log segments downloaded ahead of the reader."
-)
-CLIENT_SCANNER_IO_TMPDIR: ConfigOption[str] = ConfigOption(
-    "client.scanner.io.tmpdir",
-    str,
-    f"{tempfile.gettempdir()}/fluss",
-    "Local directory for downloaded log segments and kv snapshot files.",
-)
-CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM: ConfigOption[int] = ConfigOption(
-    "client.remote-file.download-thread-num", int, 3, "Parallel downloads of remote files."
-)
-CLIENT_LOOKUP_QUEUE_SIZE: ConfigOption[int] = ConfigOption(
-    "client.lookup.queue-size", int, 25600, "Most lookups waiting to be sent."
-)
-CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS: ConfigOption[int] = ConfigOption(
-    "client.lookup.max-inflight-requests", int, 128, "Most unanswered lookup requests."
-)
-CLIENT_LOOKUP_MAX_RETRIES: ConfigOption[int] = ConfigOption(
-    "client.lookup.max-retries", int, _INT_MAX, "Retries of a lookup that failed with a retriable error."
-)
-CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
-    "client.security.protocol", str, "PLAINTEXT", "PLAINTEXT, or SASL for SASL/PLAIN authentication."
-)
-CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
-    "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
-)
-CLIENT_SASL_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
-    "client.security.sasl.jaas.config",
-    str,
-    None,
-    "JAAS line carrying username and password (older form of the two options below).",
-)
-CLIENT_SASL_USERNAME: ConfigOption[str | None] = ConfigOption(
-    "client.security.sasl.username", str, None, "SASL/PLAIN user name."
-)
-CLIENT_SASL_PASSWORD: ConfigOption[str | None] = ConfigOption(
-    "client.security.sasl.password", str, None, "SASL/PLAIN password."
-)
-CLIENT_FS_TOKEN_RENEWAL_BACKOFF: ConfigOption[timedelta] = ConfigOption(
-    "client.filesystem.security.token.renewal.backoff",
-    timedelta,
-    timedelta(hours=1),
-    "Wait before asking again for a file-system token after a failure.",
-)
-CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO: ConfigOption[float] = ConfigOption(
-    "client.filesystem.security.token.renewal.time-ratio",
-    float,
-    0.75,
-    "Share of a file-system token's lifetime after which it is renewed.",
-)
-CLIENT_METRICS_ENABLED: ConfigOption[bool] = ConfigOption(
-    "client.metrics.enabled", bool, False, "Collect client metrics."
-)
-
 # Attribute name -> option. The order is the dataclass field order.
 _OPTIONS: dict[str, ConfigOption[Any]] = {
-    "bootstrap_servers": BOOTSTRAP_SERVERS,
-    "client_id": CLIENT_ID,
+    "bootstrap_servers": cfg.BOOTSTRAP_SERVERS,
+    "client_id": cfg.CLIENT_ID,
     "request_timeout": cfg.CLIENT_REQUEST_TIMEOUT,
     "connect_timeout": cfg.CLIENT_CONNECT_TIMEOUT,
     "writer_buffer_memory_size": cfg.CLIENT_WRITER_BUFFER_MEMORY_SIZE,
-    "writer_buffer_page_size": CLIENT_WRITER_BUFFER_PAGE_SIZE,
-    "writer_buffer_per_request_memory_size": CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE,
-    "writer_buffer_wait_timeout": CLIENT_WRITER_BUFFER_WAIT_TIMEOUT,
+    "writer_buffer_page_size": cfg.CLIENT_WRITER_BUFFER_PAGE_SIZE,
+    "writer_buffer_per_request_memory_size": cfg.CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE,
+    "writer_buffer_wait_timeout": cfg.CLIENT_WRITER_BUFFER_WAIT_TIMEOUT,
     "writer_batch_size": cfg.CLIENT_WRITER_BATCH_SIZE,
-    "writer_dynamic_batch_size_enabled": CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED,
+    "writer_dynamic_batch_size_enabled": cfg.CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED,
     "writer_batch_timeout": cfg.CLIENT_WRITER_BATCH_TIMEOUT,
     "writer_bucket_no_key_assigner": cfg.CLIENT_WRITER_BUCKET_NO_KEY_ASSIGNER,
     "writer_acks": cfg.CLIENT_WRITER_ACKS,
@@ -157,35 +56,66 @@ _OPTIONS: dict[str, ConfigOption[Any]] = {
     "writer_retries": cfg.CLIENT_WRITER_RETRIES,
     "writer_enable_idempotence": cfg.CLIENT_WRITER_ENABLE_IDEMPOTENCE,
     "writer_max_inflight_requests_per_bucket": cfg.CLIENT_WRITER_MAX_INFLIGHT_REQUESTS_PER_BUCKET,
-    "writer_dynamic_create_partition_enabled": CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED,
-    "writer_kv_backpressure_max_throttle": CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE,
-    "scanner_log_check_crc": CLIENT_SCANNER_LOG_CHECK_CRC,
+    "writer_dynamic_create_partition_enabled": cfg.CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED,
+    "writer_kv_backpressure_max_throttle": cfg.CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE,
+    "scanner_log_check_crc": cfg.CLIENT_SCANNER_LOG_CHECK_CRC,
     "scanner_log_max_poll_records": cfg.CLIENT_SCANNER_LOG_MAX_POLL_RECORDS,
     "scanner_log_fetch_max_bytes": cfg.CLIENT_SCANNER_LOG_FETCH_MAX_BYTES,
     "scanner_log_fetch_max_bytes_for_bucket": cfg.CLIENT_SCANNER_LOG_FETCH_MAX_BYTES_FOR_BUCKET,
     "scanner_log_fetch_wait_max_time": cfg.CLIENT_SCANNER_LOG_FETCH_WAIT_MAX_TIME,
     "scanner_log_fetch_min_bytes": cfg.CLIENT_SCANNER_LOG_FETCH_MIN_BYTES,
-    "scanner_log_read_preference": CLIENT_SCANNER_LOG_READ_PREFERENCE,
-    "scanner_remote_log_prefetch_num": CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM,
-    "scanner_io_tmpdir": CLIENT_SCANNER_IO_TMPDIR,
-    "remote_file_download_thread_num": CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM,
-    "lookup_queue_size": CLIENT_LOOKUP_QUEUE_SIZE,
+    "scanner_log_read_preference": cfg.CLIENT_SCANNER_LOG_READ_PREFERENCE,
+    "scanner_remote_log_prefetch_num": cfg.CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM,
+    "scanner_io_tmpdir": cfg.CLIENT_SCANNER_IO_TMPDIR,
+    "remote_file_download_thread_num": cfg.CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM,
+    "lookup_queue_size": cfg.CLIENT_LOOKUP_QUEUE_SIZE,
     "lookup_max_batch_size": cfg.CLIENT_LOOKUP_MAX_BATCH_SIZE,
-    "lookup_max_inflight_requests": CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS,
+    "lookup_max_inflight_requests": cfg.CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS,
     "lookup_batch_timeout": cfg.CLIENT_LOOKUP_BATCH_TIMEOUT,
-    "lookup_max_retries": CLIENT_LOOKUP_MAX_RETRIES,
-    "security_protocol": CLIENT_SECURITY_PROTOCOL,
-    "security_sasl_mechanism": CLIENT_SASL_MECHANISM,
-    "security_sasl_jaas_config": CLIENT_SASL_JAAS_CONFIG,
-    "security_sasl_username": CLIENT_SASL_USERNAME,
-    "security_sasl_password": CLIENT_SASL_PASSWORD,
-    "filesystem_security_token_renewal_backoff": CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
-    "filesystem_security_token_renewal_time_ratio": CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
-    "metrics_enabled": CLIENT_METRICS_ENABLED,
+    "lookup_max_retries": cfg.CLIENT_LOOKUP_MAX_RETRIES,
+    "security_protocol": cfg.CLIENT_SECURITY_PROTOCOL,
+    "security_sasl_mechanism": cfg.CLIENT_SASL_MECHANISM,
+    "security_sasl_jaas_config": cfg.CLIENT_SASL_JAAS_CONFIG,
+    "security_sasl_username": cfg.CLIENT_SASL_USERNAME,
+    "security_sasl_password": cfg.CLIENT_SASL_PASSWORD,
+    "filesystem_security_token_renewal_backoff": cfg.CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
+    "filesystem_security_token_renewal_time_ratio": cfg.CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
+    "metrics_enabled": cfg.CLIENT_METRICS_ENABLED,
 }
 
-# Every option the client reads, by key (for docs and `strom` tooling).
+
+
+
+# Options taken so that a Fluss client's settings work unchanged, but that change nothing here, and
+# why. A connection logs a warning for each one that is set (`no_effect_settings`).
+NO_EFFECT: dict[str, str] = {
+    "writer_buffer_per_request_memory_size": (
+        "the writer keeps Arrow buffers, not a pool of pages, so it allocates nothing per request"
+    ),
+    "writer_dynamic_batch_size_enabled": (
+        "batches hold Arrow slices and grow as rows come, so no batch size is estimated ahead"
+    ),
+    "writer_kv_backpressure_max_throttle": "Strom tablet servers send no KV write-pressure signal",
+    "scanner_log_read_preference": "Strom tablet servers serve fetches from local segments first",
+    "filesystem_security_token_renewal_backoff": (
+        "remote files are read with the client's own file-system credentials, never with tokens"
+    ),
+    "filesystem_security_token_renewal_time_ratio": (
+        "remote files are read with the client's own file-system credentials, never with tokens"
+    ),
+    "metrics_enabled": "the client collects no metrics",
+}
+
+
+
+def no_effect_notes() -> dict[str, str]:
+    """Key of each option in `NO_EFFECT` -> why it changes nothing (for the generated docs)."""
+    return {_OPTIONS[attr].key: why for attr, why in NO_EFFECT.items()}
+
+
+# Every option the client reads, by key: the whole client catalogue (checked at import).
 CLIENT_CONFIG_OPTIONS: dict[str, ConfigOption[Any]] = {o.key: o for o in _OPTIONS.values()}
+assert CLIENT_CONFIG_OPTIONS.keys() == cfg.CLIENT_OPTIONS.keys(), "ClientConfig and CLIENT_OPTIONS differ"
 
 # pyfluss's Config keys -> (Fluss key, unit its bare numbers are in).
 _PYFLUSS_KEYS: dict[str, tuple[str, str | None]] = {
@@ -244,7 +174,7 @@ def parse_address(address: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ClientConfigError(f"Invalid url in {BOOTSTRAP_SERVERS.key}: {address}")
+        raise ClientConfigError(f"Invalid url in {cfg.BOOTSTRAP_SERVERS.key}: {address}")
     return host, int(port_text)
 
 
@@ -264,7 +194,8 @@ class ClientConfig:
     writer_buffer_memory_size: int = 64 << 20
     writer_buffer_page_size: int = 128 << 10
     writer_buffer_per_request_memory_size: int = 16 << 20
-    writer_buffer_wait_timeout: timedelta | None = None  # None: block until memory frees up
+    # None: block until memory frees up
+    writer_buffer_wait_timeout: timedelta | None = None
     writer_batch_size: int = 2 << 20
     writer_dynamic_batch_size_enabled: bool = True
     writer_batch_timeout: timedelta = timedelta(milliseconds=100)
@@ -285,7 +216,7 @@ class ClientConfig:
     scanner_log_fetch_min_bytes: int = 1
     scanner_log_read_preference: str = "local-first"
     scanner_remote_log_prefetch_num: int = 4
-    scanner_io_tmpdir: str = CLIENT_SCANNER_IO_TMPDIR.default or ""
+    scanner_io_tmpdir: str = cfg.CLIENT_SCANNER_IO_TMPDIR.default or ""
     remote_file_download_thread_num: int = 3
     # lookup
     lookup_queue_size: int = 25600
@@ -352,6 +283,14 @@ class ClientConfig:
             result[option.key] = to_config_string(list(value) if isinstance(value, tuple) else value)
         return result
 
+    def no_effect_settings(self) -> list[str]:
+        """A message per option in `NO_EFFECT` that was set."""
+        return [
+            f"client option '{_OPTIONS[attr].key}' has no effect in Strom: {why}"
+            for attr, why in NO_EFFECT.items()
+            if _OPTIONS[attr].key in self.properties
+        ]
+
     @property
     def configuration(self) -> Configuration:
         """All settings as a Configuration, for options a later component defines itself."""
@@ -393,7 +332,7 @@ class ClientConfig:
 
     def _validate(self) -> None:
         if not self.bootstrap_servers:
-            raise ClientConfigError(f"{BOOTSTRAP_SERVERS.key} should be set.")
+            raise ClientConfigError(f"{cfg.BOOTSTRAP_SERVERS.key} should be set.")
         for address in self.bootstrap_servers:
             parse_address(address)
         for attr in ("request_timeout", "connect_timeout", "writer_batch_timeout"):
@@ -407,20 +346,21 @@ class ClientConfig:
         protocol = self.security_protocol.strip().upper()
         if protocol not in ("PLAINTEXT", "SASL"):
             raise ClientConfigError(
-                f"Unsupported {CLIENT_SECURITY_PROTOCOL.key} '{self.security_protocol}': "
+                f"Unsupported {cfg.CLIENT_SECURITY_PROTOCOL.key} '{self.security_protocol}': "
                 "use PLAINTEXT or SASL."
             )
         if protocol != "SASL":
             return
         if self.security_sasl_mechanism.strip().upper() != "PLAIN":
             raise ClientConfigError(
-                f"Unsupported SASL mechanism: '{self.security_sasl_mechanism}'. Only 'PLAIN' is supported."
+                f"Unsupported SASL mechanism: '{self.security_sasl_mechanism}' "
+                f"({cfg.CLIENT_SASL_MECHANISM.key}). Only 'PLAIN' is supported."
             )
         username, password = self._credentials()
         if not username:
-            raise ClientConfigError(f"{CLIENT_SASL_USERNAME.key} must be set when the protocol is SASL.")
+            raise ClientConfigError(f"{cfg.CLIENT_SASL_USERNAME.key} must be set when the protocol is SASL.")
         if not password:
-            raise ClientConfigError(f"{CLIENT_SASL_PASSWORD.key} must be set when the protocol is SASL.")
+            raise ClientConfigError(f"{cfg.CLIENT_SASL_PASSWORD.key} must be set when the protocol is SASL.")
 
     def _validate_writer(self) -> None:
         acks = _acks_value(self.writer_acks)
@@ -433,6 +373,11 @@ class ClientConfig:
         ):
             if getattr(self, attr) <= 0:
                 raise ClientConfigError(f"{_OPTIONS[attr].key} must be positive.")
+        if self.writer_buffer_page_size > self.writer_buffer_memory_size:
+            raise ClientConfigError(
+                f"{cfg.CLIENT_WRITER_BUFFER_PAGE_SIZE.key} must not be above "
+                f"{cfg.CLIENT_WRITER_BUFFER_MEMORY_SIZE.key}."
+            )
         if self.writer_retries < 0:
             raise ClientConfigError(f"{cfg.CLIENT_WRITER_RETRIES.key} must not be negative.")
         if not self.writer_enable_idempotence:
@@ -474,7 +419,7 @@ class ClientConfig:
             raise ClientConfigError(f"{cfg.CLIENT_SCANNER_LOG_FETCH_WAIT_MAX_TIME.key} must not be negative.")
         if self.scanner_log_read_preference.strip().lower() not in ("local-first", "remote-first"):
             raise ClientConfigError(
-                f"{CLIENT_SCANNER_LOG_READ_PREFERENCE.key} must be local-first or remote-first, "
+                f"{cfg.CLIENT_SCANNER_LOG_READ_PREFERENCE.key} must be local-first or remote-first, "
                 f"not '{self.scanner_log_read_preference}'."
             )
         for attr in ("scanner_remote_log_prefetch_num", "remote_file_download_thread_num"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -1210,8 +1211,136 @@ CLIENT_LOOKUP_BATCH_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "Longest a lookup waits to be batched with others.",
 )
 
+BOOTSTRAP_SERVERS: ConfigOption[list[str]] = ConfigOption(
+    "bootstrap.servers",
+    list,
+    ["127.0.0.1:9123"],  # what `strom local` prints, and pyfluss's default
+    "host:port pairs for the first connection; the client learns the whole cluster from them.",
+)
+CLIENT_ID: ConfigOption[str] = ConfigOption("client.id", str, "", "A name for this client in server logs.")
+CLIENT_WRITER_BUFFER_PAGE_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.buffer.page-size", MemorySize, MemorySize(128 << 10), "Size of one writer buffer page."
+)
+CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "client.writer.buffer.per-request-memory-size",
+    MemorySize,
+    MemorySize(16 << 20),
+    "Memory the writer allocates at once for one request's batches.",
+)
+CLIENT_WRITER_BUFFER_WAIT_TIMEOUT: ConfigOption[timedelta | None] = ConfigOption(
+    "client.writer.buffer.wait-timeout",
+    timedelta,
+    None,
+    "Longest a write blocks waiting for buffer memory; unset means no limit.",
+)
+CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.writer.dynamic-batch-size.enabled",
+    bool,
+    True,
+    "Size new batches from recent write sizes, between the page size and client.writer.batch-size.",
+)
+CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.writer.dynamic-create-partition.enabled",
+    bool,
+    True,
+    "Create a missing partition when a row is written to it.",
+)
+CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE: ConfigOption[timedelta] = ConfigOption(
+    "client.writer.kv-backpressure.max-throttle",
+    timedelta,
+    timedelta(milliseconds=3000),
+    "Upper bound of the per-bucket delay applied when the server reports KV write pressure.",
+)
+CLIENT_SCANNER_LOG_CHECK_CRC: ConfigOption[bool] = ConfigOption(
+    "client.scanner.log.check-crc", bool, True, "Check the CRC of every fetched record batch."
+)
+CLIENT_SCANNER_LOG_READ_PREFERENCE: ConfigOption[str] = ConfigOption(
+    "client.scanner.log.read-preference",
+    str,
+    "local-first",
+    "Where a log scanner prefers to read from: local-first or remote-first.",
+)
+CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM: ConfigOption[int] = ConfigOption(
+    "client.scanner.remote-log.prefetch-num", int, 4, "Remote log segments downloaded ahead of the reader."
+)
+CLIENT_SCANNER_IO_TMPDIR: ConfigOption[str] = ConfigOption(
+    "client.scanner.io.tmpdir",
+    str,
+    f"{tempfile.gettempdir()}/fluss",
+    "Local directory for downloaded log segments and kv snapshot files.",
+)
+CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM: ConfigOption[int] = ConfigOption(
+    "client.remote-file.download-thread-num", int, 3, "Parallel downloads of remote files."
+)
+CLIENT_LOOKUP_QUEUE_SIZE: ConfigOption[int] = ConfigOption(
+    "client.lookup.queue-size", int, 25600, "Most lookups waiting to be sent."
+)
+CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS: ConfigOption[int] = ConfigOption(
+    "client.lookup.max-inflight-requests", int, 128, "Most unanswered lookup requests."
+)
+CLIENT_LOOKUP_MAX_RETRIES: ConfigOption[int] = ConfigOption(
+    "client.lookup.max-retries", int, (1 << 31) - 1, "Retries of a lookup that failed with a retriable error."
+)
+CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
+    "client.security.protocol", str, "PLAINTEXT", "PLAINTEXT, or SASL for SASL/PLAIN authentication."
+)
+CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
+    "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
+)
+CLIENT_SASL_JAAS_CONFIG: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.jaas.config",
+    str,
+    None,
+    "JAAS line carrying username and password (older form of the two options below).",
+)
+CLIENT_SASL_USERNAME: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.username", str, None, "SASL/PLAIN user name."
+)
+CLIENT_SASL_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "client.security.sasl.password", str, None, "SASL/PLAIN password."
+)
+CLIENT_FS_TOKEN_RENEWAL_BACKOFF: ConfigOption[timedelta] = ConfigOption(
+    "client.filesystem.security.token.renewal.backoff",
+    timedelta,
+    timedelta(hours=1),
+    "Wait before asking again for a file-system token after a failure.",
+)
+CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO: ConfigOption[float] = ConfigOption(
+    "client.filesystem.security.token.renewal.time-ratio",
+    float,
+    0.75,
+    "Share of a file-system token's lifetime after which it is renewed.",
+)
+CLIENT_METRICS_ENABLED: ConfigOption[bool] = ConfigOption(
+    "client.metrics.enabled", bool, False, "Collect client metrics."
+)
+
 CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
     [
+        BOOTSTRAP_SERVERS,
+        CLIENT_ID,
+        CLIENT_WRITER_BUFFER_PAGE_SIZE,
+        CLIENT_WRITER_BUFFER_PER_REQUEST_MEMORY_SIZE,
+        CLIENT_WRITER_BUFFER_WAIT_TIMEOUT,
+        CLIENT_WRITER_DYNAMIC_BATCH_SIZE_ENABLED,
+        CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED,
+        CLIENT_WRITER_KV_BACKPRESSURE_MAX_THROTTLE,
+        CLIENT_SCANNER_LOG_CHECK_CRC,
+        CLIENT_SCANNER_LOG_READ_PREFERENCE,
+        CLIENT_SCANNER_REMOTE_LOG_PREFETCH_NUM,
+        CLIENT_SCANNER_IO_TMPDIR,
+        CLIENT_REMOTE_FILE_DOWNLOAD_THREAD_NUM,
+        CLIENT_LOOKUP_QUEUE_SIZE,
+        CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS,
+        CLIENT_LOOKUP_MAX_RETRIES,
+        CLIENT_SECURITY_PROTOCOL,
+        CLIENT_SASL_MECHANISM,
+        CLIENT_SASL_JAAS_CONFIG,
+        CLIENT_SASL_USERNAME,
+        CLIENT_SASL_PASSWORD,
+        CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
+        CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
+        CLIENT_METRICS_ENABLED,
         CLIENT_WRITER_BATCH_SIZE,
         CLIENT_WRITER_BATCH_TIMEOUT,
         CLIENT_WRITER_BUFFER_MEMORY_SIZE,

@@ -207,3 +207,58 @@ def test_segments_whose_remote_copies_expired_are_not_uploaded_again(cluster_fac
         assert not list(remote.rglob("*.log"))
 
     run(cluster, body)
+
+
+def _local_log_start(cluster: Cluster, table_id: int) -> int:
+    """The base offset of the oldest segment file a tablet server still holds for the table."""
+    files = [f for d in table_dirs(cluster, table_id) for f in d.rglob("*.log")]
+    offsets = [int(f.stem) for f in files if f.stem.isdigit()]
+    return min(offsets, default=0)
+
+
+def test_a_scanner_reads_tiered_segments_downloading_them_ahead(cluster_factory: Any, tmp_path: Path) -> None:
+    """Rows below the local log start come from remote segments, which the client downloads into
+    client.scanner.io.tmpdir, client.scanner.remote-log.prefetch-num at a time, and deletes."""
+    cluster = cluster_factory(
+        config={
+            "log.segment.file-size": "256kb",
+            "remote.log.task-interval-duration": "200ms",
+        }
+    )
+    path = TablePath("fluss", f"remote_read_{uuid.uuid4().hex[:8]}")
+    io_dir = tmp_path / "client-io"
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, path, buckets=1, **{"table.log.tiered.local-segments": "1"})
+        await write(table, 0, 8000)
+        remote = cluster.base_dir / "remote" / "log"
+        deadline = time.monotonic() + 30
+        # most of the log is tiered, and gone from the tablet server's disk
+        while len(list(remote.rglob("*.log"))) < 3 or _local_log_start(cluster, table.table_id) == 0:
+            assert time.monotonic() < deadline, "the log was not tiered"
+            await asyncio.sleep(0.1)
+
+        scanner = table.new_scan().create_log_scanner()
+        scanner.subscribe(0, EARLIEST_OFFSET)
+        fetcher = scanner._fetcher
+        seen: list[int] = []
+        most_downloaded = 0
+        async with scanner:
+            async for batch in scanner.iter_batches(to_end=True):
+                seen.extend(batch.batch["id"].to_pylist())
+                most_downloaded = max(most_downloaded, fetcher.remote.held)
+        assert seen == list(range(8000))
+        assert 1 < most_downloaded <= 2, most_downloaded  # read ahead, but no more than prefetch-num
+        assert not list(io_dir.rglob("*.log")), "the downloaded copies outlived the scanner"
+
+    async def main() -> None:
+        settings = {
+            "bootstrap.servers": cluster.bootstrap,
+            "client.scanner.io.tmpdir": str(io_dir),
+            "client.scanner.remote-log.prefetch-num": "2",
+            "client.writer.batch-size": "64kb",  # batches well below the segment size
+        }
+        async with await Connection.create(settings) as conn:
+            await asyncio.wait_for(body(conn), 90)
+
+    asyncio.run(main())

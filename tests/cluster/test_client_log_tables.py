@@ -264,7 +264,7 @@ def test_partitioned_tables_route_rows_and_refuse_missing_partitions(shared_clus
 
         lost = writer.append({"id": 5000, "region": "mars", "day": 1})
         kept = writer.append({"id": 5001, "region": "eu", "day": 1})
-        with pytest.raises(errors.PartitionNotExistError, match="mars"):
+        with pytest.raises(errors.PartitionNotExistError, match=r"mars.*dynamic-create-partition"):
             await writer.flush()
         with pytest.raises(errors.PartitionNotExistError, match="mars"):
             await lost
@@ -286,6 +286,53 @@ def test_partitioned_tables_route_rows_and_refuse_missing_partitions(shared_clus
             )
         assert got["us$1"] == {i for i in range(1000) if i % 3 == 0} | set(range(1000, 1010))
         assert got["eu$1"] == {i for i in range(1000) if i % 3} | {5001}
+        assert "mars$1" not in partitions
+
+    run(shared_cluster, body, **{"client.writer.dynamic-create-partition.enabled": "false"})
+
+
+def test_writes_to_missing_partitions_create_them(shared_cluster: Cluster) -> None:
+    """client.writer.dynamic-create-partition.enabled (default true): append and upsert writers
+    create the partitions their rows name, as Fluss's client does."""
+    log_path, kv_path = unique("dyn_log"), unique("dyn_kv")
+    schema = pa.schema([("id", pa.int64()), ("region", pa.string()), ("day", pa.int32())])
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        log_table = await create(conn, log_path, buckets=2, schema=schema, partition_keys=["region", "day"])
+        await admin.create_table(
+            kv_path,
+            TableDescriptor(
+                Schema.from_arrow_schema(schema, ["id", "region"]), bucket_count=2, partition_keys=["region"]
+            ),
+        )
+        kv_table = await conn.get_table(kv_path)
+        assert await admin.list_partition_infos(log_path) == []
+
+        writer = log_table.new_append().create_writer()
+        writer.write_arrow_batch(
+            pa.record_batch(
+                {
+                    "id": pa.array(range(100), pa.int64()),
+                    "region": ["eu" if i % 2 else "us" for i in range(100)],
+                    "day": pa.array([i % 3 for i in range(100)], pa.int32()),
+                }
+            )
+        )
+        await writer.flush()
+        created = {p.partition_name: p.partition_id for p in await admin.list_partition_infos(log_path)}
+        assert set(created) == {f"{r}${d}" for r in ("eu", "us") for d in range(3)}
+        subscriptions = {(pid, b): EARLIEST_OFFSET for pid in created.values() for b in range(2)}
+        batches = await read_batches(log_table, subscriptions)
+        ids = sorted(i for b in batches for i in b.batch.column("id").to_pylist())
+        assert ids == list(range(100))
+
+        async with kv_table.new_upsert().create_writer() as upserts:
+            for i in range(10):
+                upserts.upsert({"id": i, "region": "asia" if i % 2 else "emea", "day": i})
+        assert {p.partition_name for p in await admin.list_partition_infos(kv_path)} == {"asia", "emea"}
+        lookuper = kv_table.new_lookup().create_lookuper()
+        assert await lookuper.lookup({"id": 3, "region": "asia"}) == {"id": 3, "region": "asia", "day": 3}
 
     run(shared_cluster, body)
 
@@ -442,7 +489,11 @@ def test_buffer_backpressure_close_flushes_and_plain_writer(shared_cluster: Clus
     run(
         shared_cluster,
         write_bounded,
-        **{"client.writer.buffer.memory-size": "64kb", "client.writer.batch-size": "16kb"},
+        **{
+            "client.writer.buffer.memory-size": "64kb",
+            "client.writer.buffer.page-size": "16kb",
+            "client.writer.batch-size": "16kb",
+        },
     )
     assert peak < 64 * 1024 + 32 * 1024  # at most one write past the limit
 

@@ -386,12 +386,10 @@ def test_composite_keys_partitions_and_prefix_lookups(shared_cluster: Cluster) -
         assert arrow.num_rows == 8 and set(arrow.column("customer").to_pylist()) == {1, 2}
         with pytest.raises(ValueError, match="partition keys"):
             table.new_lookup().lookup_by(["customer"]).create_lookuper()
-        # writes to a partition that does not exist fail, naming it
-        writer = table.new_upsert().create_writer()
-        result = writer.upsert({"region": "asia", "customer": 1, "order": 1, "amount": 1.0})
-        with pytest.raises(errors.PartitionNotExistError, match="asia"):
-            await writer.flush()
-        assert isinstance(result.exception(), errors.PartitionNotExistError)
+        # a write to a partition that does not exist creates it (client.writer.dynamic-create-partition)
+        async with table.new_upsert().create_writer() as writer:
+            writer.upsert({"region": "asia", "customer": 1, "order": 1, "amount": 1.0})
+        assert (await lookuper.lookup(("asia", 1, 1)) or {}).get("amount") == 1.0
 
     run(shared_cluster, body)
 
@@ -851,3 +849,38 @@ def test_scanned_arrow_buffers_are_aligned(
     capfd.readouterr()
     assert rows.group_by("id").aggregate([("score", "sum")]).num_rows == 7
     assert "poorly aligned" not in capfd.readouterr().err
+
+
+def test_a_full_lookup_queue_makes_callers_wait(shared_cluster: Cluster) -> None:
+    """client.lookup.queue-size bounds the keys waiting to be sent: 300 concurrent lookups against a
+    real tablet server never queue more than 8 keys, and every one is answered."""
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, unique("lookup_queue"), SCHEMA, ["id"], buckets=2)
+        async with table.new_upsert().create_writer() as writer:
+            writer.write_arrow(
+                pa.table({"id": pa.array(range(300), pa.int32()), "name": ["n"] * 300, "score": [1.0] * 300})
+            )
+        lookuper = table.new_lookup().create_lookuper()
+        client = conn.lookup_client
+        most_queued = 0
+        stop = asyncio.Event()
+
+        async def watch() -> None:
+            nonlocal most_queued
+            while not stop.is_set():
+                most_queued = max(most_queued, client.queued)
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        rows = await asyncio.gather(*(lookuper.lookup({"id": i}) for i in range(300)))
+        stop.set()
+        await watcher
+        assert [r["id"] for r in rows if r] == list(range(300))
+        assert 0 < most_queued <= 8
+
+    run(
+        shared_cluster,
+        body,
+        **{"client.lookup.queue-size": "8", "client.lookup.max-inflight-requests": "1"},
+    )

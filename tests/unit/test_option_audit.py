@@ -124,31 +124,15 @@ def strom_readers() -> dict[str, list[str]]:
     return readers(STROM, DECLARING, fields, CLIENT_SIDE)
 
 
-# Client options whose ClientConfig field nothing reads yet: the client half of issue 22 makes them
-# work. Each must really be unread (the test below fails once one is read, so the list only shrinks).
-CLIENT_OPTIONS_NOT_YET_READ = frozenset(
-    {
-        "client.filesystem.security.token.renewal.backoff",
-        "client.filesystem.security.token.renewal.time-ratio",
-        "client.id",
-        "client.lookup.queue-size",
-        "client.metrics.enabled",
-        "client.scanner.log.read-preference",
-        "client.scanner.remote-log.prefetch-num",
-        "client.security.sasl.mechanism",
-        "client.writer.buffer.page-size",
-        "client.writer.buffer.per-request-memory-size",
-        "client.writer.dynamic-batch-size.enabled",
-        "client.writer.dynamic-create-partition.enabled",
-        "client.writer.kv-backpressure.max-throttle",
-    }
-)
+# Client options accepted so that a Fluss client's settings work unchanged, without effect here
+# (strom.client.config.NO_EFFECT says why; a connection created with one set logs a warning).
+CLIENT_WITHOUT_EFFECT = frozenset(client_config.no_effect_notes())
 
 
 def test_every_declared_option_is_read_or_has_a_documented_status() -> None:
     read = strom_readers()
     assert len(read) >= 121, "the audit lost track of the declared options"
-    documented = cfg.ACCEPTED_WITHOUT_EFFECT.keys() | CLIENT_OPTIONS_NOT_YET_READ
+    documented = cfg.ACCEPTED_WITHOUT_EFFECT.keys() | CLIENT_WITHOUT_EFFECT
     unread = sorted(k for k, where in read.items() if not where and k not in documented)
     assert not unread, (
         "declared options that no code reads (honour them, refuse them, or list them in "
@@ -159,8 +143,11 @@ def test_every_declared_option_is_read_or_has_a_documented_status() -> None:
 def test_options_listed_as_without_effect_are_really_unread() -> None:
     """A status must not outlive the change that honours the option."""
     read = strom_readers()
-    for key in CLIENT_OPTIONS_NOT_YET_READ:
-        assert not read[key], f"{key} is read now ({read[key]}): remove it from CLIENT_OPTIONS_NOT_YET_READ"
+    for key in CLIENT_WITHOUT_EFFECT:
+        # ClientConfig may still check its value (client.scanner.log.read-preference must be
+        # local-first or remote-first); no other code may read it
+        where = [w for w in read[key] if not w.startswith("strom/client/config.py:")]
+        assert not where, f"{key} is read now ({where}): remove it from strom.client.config.NO_EFFECT"
     for key in cfg.ACCEPTED_WITHOUT_EFFECT:
         assert key in cfg.SERVER_OPTIONS, f"{key} is listed as without effect but is no server option"
         assert not read[key], f"{key} is listed as without effect, yet read at {read[key]}"
@@ -223,8 +210,8 @@ if __name__ == "__main__":  # pragma: no cover
     for key, where in sorted(strom_readers().items()):
         if key in cfg.ACCEPTED_WITHOUT_EFFECT:
             status = f"accepted without effect: {cfg.ACCEPTED_WITHOUT_EFFECT[key]}"
-        elif key in CLIENT_OPTIONS_NOT_YET_READ:
-            status = "not read yet (CLIENT_OPTIONS_NOT_YET_READ)"
+        elif key in CLIENT_WITHOUT_EFFECT:
+            status = f"accepted without effect: {client_config.no_effect_notes()[key]}"
         else:
             status = "UNREAD"
         print(f"{key}: {', '.join(where) if where else status}")

@@ -8,6 +8,12 @@ together with the lookups issued in the same turn), or when its oldest key has w
 batch: under load, batches grow towards the maximum by themselves, and a single caller pays no fixed
 delay. At most ``client.lookup.max-inflight-requests`` requests are unanswered at once.
 
+At most ``client.lookup.queue-size`` keys wait to be sent (queued, or waiting for their bucket's
+leader to be known). A lookuper that would go past it waits (`acquire`) until sending makes room,
+so a caller that issues lookups faster than the cluster answers them is slowed down instead of
+growing the queue without end. A batch larger than the whole queue is let in when the queue is empty.
+Keys sent again after a retriable error do not wait: they were let in already.
+
 Two in flight, not one, so that client and server work at the same time: a batch of 64 keys or more
 that finds nothing in flight goes as two requests, and while the server answers one, this process
 decodes the other's answer and its callers issue their next keys. With one request at a time the two
@@ -31,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strom.client.backoff import Backoff
-from strom.client.per_connection import PerConnection
 from strom.common.errors import (
     FlussError,
     LeaderNotAvailableError,
@@ -50,7 +55,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 if TYPE_CHECKING:
     from strom.client.connection import Connection
 
-__all__ = ["LookupClient", "lookup_client_for"]
+__all__ = ["LookupClient"]
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +64,6 @@ _STALE_METADATA = (NetworkError, NotLeaderOrFollowerError, UnknownTableOrBucketE
 
 _PIPELINE_DEPTH = 2  # requests of one queue in flight before new keys wait (module docstring)
 _MIN_SPLIT = 32  # a batch is split in two only when each half has at least this many keys
-
-_CLIENTS: PerConnection[LookupClient] = PerConnection(lambda connection: LookupClient(connection))
-
-
-def lookup_client_for(connection: Connection) -> LookupClient:
-    """The connection's lookup batching, started on first use and closed with the connection."""
-    return _CLIENTS.get(connection)
-
 
 @dataclass(slots=True)
 class _Keys:
@@ -83,13 +80,16 @@ class _Keys:
     deadline: float
     attempts: int = 0
     enqueued: float = 0.0
+    counted: int = 0  # keys of these that hold places in the bounded queue (`LookupClient.acquire`)
 
     def take(self, n: int) -> _Keys:
         """The first `n` keys, as keys of their own; these keep the rest."""
+        counted = min(n, self.counted)
         head = _Keys(
             self.path, self.bucket, self.prefix, self.insert, self.keys[:n], self.futures[:n], self.deadline,
-            self.attempts, self.enqueued,
+            self.attempts, self.enqueued, counted,
         )
+        self.counted -= counted
         del self.keys[:n], self.futures[:n]
         return head
 
@@ -130,6 +130,7 @@ class LookupClient:
         self.linger = config.lookup_batch_timeout.total_seconds()
         self.max_in_flight = max(1, config.lookup_max_inflight_requests)
         self.max_retries = config.lookup_max_retries
+        self.queue_size = max(1, config.lookup_queue_size)
         self.timeout = config.request_timeout.total_seconds()
         self.loop = asyncio.get_running_loop()
         self._queues: dict[tuple[int, int, bool, bool], _Queue] = {}
@@ -139,7 +140,61 @@ class LookupClient:
         # Keys waiting for the leader of their bucket to be known, per table.
         self._unrouted: dict[TablePath, list[_Keys]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Places taken in the bounded queue, and callers waiting for places (FIFO).
+        self.queued = 0
+        self._room_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self.closed = False
+
+    # ------------------------------------------------------------------ the bounded queue
+
+    def try_acquire(self, n: int) -> bool:
+        """Take `n` places in the queue if they are free now and nobody waits before us."""
+        if self._room_waiters or not self._fits(n):
+            return False
+        self.queued += n
+        return True
+
+    async def acquire(self, n: int) -> None:
+        """Take `n` places in the queue, waiting until sending frees them; pass them on with
+        ``counted=n`` to a submit, or give them back with `release` if nothing is submitted."""
+        self._check_open()
+        if self.try_acquire(n):
+            return
+        future: asyncio.Future[None] = self.loop.create_future()
+        self._room_waiters.append((n, future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release(n)  # the places were granted just before the cancellation
+            else:
+                self._room_waiters = deque(w for w in self._room_waiters if w[1] is not future)
+                self._wake()  # whoever waited behind us may fit now
+            raise
+
+    def release(self, n: int) -> None:
+        """Give back `n` places: their keys were sent, or dropped before being sent."""
+        if n:
+            self.queued -= n
+            self._wake()
+
+    def _fits(self, n: int) -> bool:
+        return self.queued == 0 or self.queued + n <= self.queue_size
+
+    def _wake(self) -> None:
+        if self.closed:
+            return  # `close` fails the waiters
+        waiters = self._room_waiters
+        while waiters and self._fits(waiters[0][0]):
+            n, future = waiters.popleft()
+            if not future.done():
+                self.queued += n
+                future.set_result(None)
+
+    def _uncount(self, group: _Keys) -> None:
+        if group.counted:
+            counted, group.counted = group.counted, 0
+            self.release(counted)
 
     # ------------------------------------------------------------------ entry points
 
@@ -151,10 +206,10 @@ class LookupClient:
         return self._submit_one(path, bucket, key, prefix=False, insert=insert)
 
     def prefix_lookup(
-        self, path: TablePath, bucket: TableBucket, prefix: bytes
+        self, path: TablePath, bucket: TableBucket, prefix: bytes, *, counted: int = 0
     ) -> asyncio.Future[list[bytes]]:
         """The stored values of every key of `bucket` that starts with `prefix`."""
-        return self._submit_one(path, bucket, prefix, prefix=True, insert=False)
+        return self._submit_one(path, bucket, prefix, prefix=True, insert=False, counted=counted)
 
     def lookup_many(
         self,
@@ -163,8 +218,10 @@ class LookupClient:
         *,
         prefix: bool = False,
         insert: bool = False,
+        counted: int = 0,
     ) -> list[asyncio.Future[Any]]:
-        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key)."""
+        """`lookup` (or `prefix_lookup`) of many keys at once: one future per (bucket, key).
+        `counted`: places the caller took with `acquire` for these keys."""
         self._check_open()
         loop = self.loop
         deadline = loop.time() + self.timeout
@@ -178,7 +235,10 @@ class LookupClient:
                 group.keys.append(key)
                 group.futures.append(future)
         for group in by_bucket.values():
+            group.counted = min(counted, len(group.keys))
+            counted -= group.counted
             self._submit(group)
+        self.release(counted)  # places taken for more keys than were given
         return futures
 
     def lookup_bucket(
@@ -189,23 +249,31 @@ class LookupClient:
         futures: list[asyncio.Future[Any]],
         *,
         insert: bool = False,
+        counted: int = 0,
     ) -> None:
         """`lookup` of many keys of one bucket, answered through the caller's `futures` (the lists
-        become the client's)."""
+        become the client's); `counted` as in `lookup_many`."""
         self._check_open()
         if keys:
-            self._submit(_Keys(path, bucket, False, insert, keys, futures, self.loop.time() + self.timeout))
+            group = _Keys(path, bucket, False, insert, keys, futures, self.loop.time() + self.timeout)
+            group.counted = min(counted, len(keys))
+            counted -= group.counted
+            self._submit(group)
+        self.release(counted)
 
     def _check_open(self) -> None:
         if self.closed:
             raise FlussError("The connection is closed.")
 
     def _submit_one(
-        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool
+        self, path: TablePath, bucket: TableBucket, key: bytes, prefix: bool, insert: bool, counted: int = 0
     ) -> asyncio.Future[Any]:
         self._check_open()
         future: asyncio.Future[Any] = self.loop.create_future()
-        self._submit(_Keys(path, bucket, prefix, insert, [key], [future], self.loop.time() + self.timeout))
+        group = _Keys(path, bucket, prefix, insert, [key], [future], self.loop.time() + self.timeout)
+        group.counted = min(counted, 1)
+        self._submit(group)
+        self.release(counted - group.counted)
         return future
 
     # ------------------------------------------------------------------ queueing
@@ -255,14 +323,17 @@ class LookupClient:
         retry: list[_Keys] = []
         for group in groups:
             if not group.prune():
+                self._uncount(group)
                 continue
             if self.metadata.leader_for(group.bucket) is not None:
                 self._submit(group)
                 continue
             group.attempts += 1
             if error is not None and not error.retriable:
+                self._uncount(group)
                 group.fail(error)
             elif now >= group.deadline or group.attempts > self.max_retries:
+                self._uncount(group)
                 group.fail(error or LeaderNotAvailableError(f"No leader is known for {group.bucket}."))
             else:
                 retry.append(group)
@@ -303,6 +374,8 @@ class LookupClient:
                     else:
                         batch.append(group.take(size - taken))
                         taken = size
+                for group in batch:
+                    self._uncount(group)  # sent: the places go to the next callers
                 queue.size -= taken
                 queue.in_flight += 1
                 self._in_flight += 1
@@ -443,11 +516,14 @@ class LookupClient:
             await RETRY_BACKOFF.sleep(min(g.attempts for g in groups) - 1)
         except asyncio.CancelledError:
             for group in groups:
+                self._uncount(group)
                 group.fail(FlussError("The connection closed before the lookup was answered."))
             raise
         for group in groups:
             if group.prune():
                 self._submit(group)
+            else:
+                self._uncount(group)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -456,6 +532,10 @@ class LookupClient:
         if self._timer is not None:
             self._timer.cancel()
         error = FlussError("The connection closed before the lookup was answered.")
+        waiters, self._room_waiters = self._room_waiters, deque()
+        for _, future in waiters:
+            if not future.done():
+                future.set_exception(error)
         self._fail_queued(error)
         tasks = list(self._tasks)
         for task in tasks:
@@ -464,6 +544,7 @@ class LookupClient:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._fail_queued(error)  # what the cancelled tasks queued again
         self._queues.clear()
+        self.queued = 0
 
     def _fail_queued(self, error: FlussError) -> None:
         for queue in self._queues.values():

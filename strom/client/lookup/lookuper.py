@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from strom.client.lookup.lookup_client import LookupClient, lookup_client_for
+from strom.client.lookup.lookup_client import LookupClient
 from strom.client.lookup.value_decoder import ValueDecoder
 from strom.client.upsert.key_routing import KeyRouting
 from strom.common.errors import NonPrimaryKeyTableError, PartitionNotExistError
@@ -85,7 +85,7 @@ class _KeyedLookup:
         names = self.routing.names
         self._width = len(names)
         self._indexes = tuple(names.index(c) for c in self.columns)
-        self._client: LookupClient = lookup_client_for(table.connection)
+        self._client: LookupClient = table.connection.lookup_client
         self.decoder = ValueDecoder(table)
 
     @property
@@ -176,7 +176,10 @@ class Lookuper(_KeyedLookup):
         """The row with this primary key, or None."""
         if self._direct:
             encoded = self._direct_key(key)
-            loop = self._client.loop
+            client = self._client
+            if not client.try_acquire(1):
+                await client.acquire(1)  # the lookup queue is full: wait for room
+            loop = client.loop
             future: asyncio.Future[bytes | None] = loop.create_future()
             if not self._pending:
                 loop.call_soon(self._route_pending)
@@ -202,6 +205,7 @@ class Lookuper(_KeyedLookup):
         keys = [key for key, _ in pending]
         futures = [future for _, future in pending]
         routing = self.routing
+        unsubmitted = len(keys)  # places in the lookup queue taken by `lookup` for these keys
         try:
             if len(keys) >= _COLUMNAR_HASH_MIN_KEYS:
                 buckets = routing.buckets_of_keys(keys, ()).tolist()
@@ -215,14 +219,17 @@ class Lookuper(_KeyedLookup):
                 group[0].append(key)
                 group[1].append(future)
             for b, (bucket_keys, bucket_futures) in groups.items():
+                unsubmitted -= len(bucket_keys)
                 self._client.lookup_bucket(
                     self.table.path,
                     self._table_buckets[b],
                     bucket_keys,
                     bucket_futures,
                     insert=self.insert_if_not_exists,
+                    counted=len(bucket_keys),
                 )
         except Exception as e:  # e.g. the connection is closed: the callers get the error
+            self._client.release(unsubmitted)
             for future in futures:
                 if not future.done():
                     future.set_exception(e)
@@ -287,7 +294,10 @@ class Lookuper(_KeyedLookup):
             wanted.append((table_bucket, key))
             positions.append(i)
         insert = self.insert_if_not_exists
-        futures = self._client.lookup_many(self.table.path, wanted, insert=insert) if wanted else []
+        futures: list[asyncio.Future[Any]] = []
+        if wanted:
+            await self._client.acquire(len(wanted))  # waits while the lookup queue is full
+            futures = self._client.lookup_many(self.table.path, wanted, insert=insert, counted=len(wanted))
         await _wait_all(futures)
         values: list[bytes | None] = [None] * len(rows)
         for i, future in zip(positions, futures, strict=True):
@@ -339,8 +349,11 @@ class PrefixLookuper(_KeyedLookup):
                 futures.append(None)
                 continue
             bucket = routing.prefix_bucket_of(row, prefix)
+            await self._client.acquire(1)  # waits while the lookup queue is full
             futures.append(
-                self._client.prefix_lookup(self.table.path, self._bucket(partition_id, bucket), prefix)
+                self._client.prefix_lookup(
+                    self.table.path, self._bucket(partition_id, bucket), prefix, counted=1
+                )
             )
         await _wait_all(futures)
         return [[] if f is None else f.result() for f in futures]

@@ -10,6 +10,10 @@ trimmed to the rows at or after the requested offset (a fetch may start with the
 it) and before the bucket's stop offset, and reordered to the projection the caller asked for. The
 bucket's next position is the end of the last batch, or ``filtered_end_offset`` when the server
 skipped batches that the filter ruled out.
+
+An answer that names tiered (remote) segments instead of records is read through the scanner's
+`RemoteLogReader`, which downloads those segments ahead into ``client.scanner.io.tmpdir`` off the
+event loop.
 """
 
 from __future__ import annotations
@@ -20,11 +24,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import fsspec
-
 from strom.client.backoff import Backoff
 from strom.client.config import ClientConfig
 from strom.client.metadata import MetadataCache
+from strom.client.scanner.remote_log_reader import RemoteLogReader
 from strom.client.scanner.scan_records import ScanBatch
 from strom.client.scanner.table_scan import ReadPlan
 from strom.common.errors import (
@@ -120,6 +123,12 @@ class LogFetcher:
         self._refresh: asyncio.Task[None] | None = None
         self._next_refresh = 0.0
         self._decode_schema = plan.decode_schema
+        # Tiered segments: downloaded ahead (client.scanner.remote-log.prefetch-num) and read locally.
+        self.remote = RemoteLogReader(
+            config.scanner_io_tmpdir,
+            config.scanner_remote_log_prefetch_num,
+            config.remote_file_download_thread_num,
+        )
         self._closed = False
 
     # ------------------------------------------------------------------ requests
@@ -206,7 +215,13 @@ class LogFetcher:
                     fetch_offset = offsets.get(bucket)
                     if fetch_offset is None:
                         continue
-                    completed = self._complete(bucket, fetch_offset, answer)
+                    remote: bytes | OSError | None = None
+                    if answer.HasField("remote_log_fetch_info") and not answer.error_code:
+                        try:
+                            remote = await self.remote.read(answer.remote_log_fetch_info, fetch_offset)
+                        except OSError as e:
+                            remote = e
+                    completed = self._complete(bucket, fetch_offset, answer, remote)
                     if completed is not None:
                         self.completed.append(completed)
             self._node_failures.pop(node_id, None)
@@ -240,8 +255,14 @@ class LogFetcher:
     # ------------------------------------------------------------------ answers
 
     def _complete(
-        self, bucket: TableBucket, fetch_offset: int, answer: pb.PbFetchLogRespForBucket
+        self,
+        bucket: TableBucket,
+        fetch_offset: int,
+        answer: pb.PbFetchLogRespForBucket,
+        remote: bytes | OSError | None = None,
     ) -> CompletedFetch | None:
+        """The answer for one bucket as a CompletedFetch; `remote` holds what was read from the
+        remote segments the answer named (or why that failed)."""
         hwm = answer.high_watermark if answer.HasField("high_watermark") else -1
         log_start = answer.log_start_offset if answer.HasField("log_start_offset") else -1
         if answer.HasField("error_code") and answer.error_code != 0:
@@ -258,20 +279,19 @@ class LogFetcher:
         stop = position.stop if position is not None else None
         completed = CompletedFetch(bucket, fetch_offset, high_watermark=hwm, log_start_offset=log_start)
         records = answer.records if answer.HasField("records") else b""
-        if answer.HasField("remote_log_fetch_info"):
-            try:
-                records = read_remote_segment(answer.remote_log_fetch_info)
-            except OSError as e:
-                return CompletedFetch(
-                    bucket,
-                    fetch_offset,
-                    error=FlussError(
-                        f"Bucket {bucket} of '{self.table_path}' at offset {fetch_offset}: cannot read its "
-                        f"remote (tiered) log segment: {e}"
-                    ),
-                    high_watermark=hwm,
-                    log_start_offset=log_start,
-                )
+        if isinstance(remote, bytes):
+            records = remote
+        elif remote is not None:
+            return CompletedFetch(
+                bucket,
+                fetch_offset,
+                error=FlussError(
+                    f"Bucket {bucket} of '{self.table_path}' at offset {fetch_offset}: cannot read its "
+                    f"remote (tiered) log segment: {remote}"
+                ),
+                high_watermark=hwm,
+                log_start_offset=log_start,
+            )
         if records:
             try:
                 self._decode(completed, records, stop)
@@ -360,33 +380,5 @@ class LogFetcher:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.remote.close()
 
-
-REMOTE_READ_BYTES = 4 * 1024 * 1024
-
-
-def read_remote_segment(info: pb.PbRemoteLogFetchInfo) -> bytes:
-    """Whole batches from the first listed remote segment, starting at `first_start_pos`.
-
-    Reads a bounded chunk (grown until it holds a whole batch) rather than the whole segment; the
-    caller's next fetch continues where these batches end.
-    """
-    if not info.remote_log_segments:
-        return b""
-    segment = info.remote_log_segments[0]
-    # Fluss's remote layout: <tablet dir>/<segment id>/<base offset, 20 digits>.log
-    name = f"{segment.remote_log_start_offset:020d}.log"
-    path = f"{info.remote_log_tablet_dir}/{segment.remote_log_segment_id}/{name}"
-    fs, fs_path = fsspec.core.url_to_fs(path)
-    start = info.first_start_pos if info.HasField("first_start_pos") else 0
-    size = REMOTE_READ_BYTES
-    with fs.open(fs_path, "rb") as f:
-        while True:
-            f.seek(start)
-            data = f.read(size)
-            end = 0
-            for pos, header in iter_batches(data):
-                end = pos + header.size
-            if end or len(data) < size:
-                return data[:end]
-            size *= 2

@@ -22,7 +22,6 @@ changes are followed by refreshing the metadata.
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,7 +39,6 @@ from strom.common.errors import FlussError, LogOffsetOutOfRangeError
 from strom.common.table_bucket import TableBucket
 
 if TYPE_CHECKING:
-    from strom.client.connection import Connection
     from strom.client.table import Table
 
 __all__ = ["EARLIEST_OFFSET", "LogScanner"]
@@ -48,25 +46,6 @@ __all__ = ["EARLIEST_OFFSET", "LogScanner"]
 BucketKey = int | tuple[int, int] | TableBucket
 # One kind of key per mapping (Mapping is invariant in its keys): end_offsets()'s TableBucket keys fit.
 _Key = TypeVar("_Key", bound=BucketKey)
-
-# Open scanners per connection, closed with it so no fetch outlives the connection.
-_OPEN: weakref.WeakKeyDictionary[Connection, weakref.WeakSet[LogScanner]] = weakref.WeakKeyDictionary()
-
-
-def _register(scanner: LogScanner) -> None:
-    connection = scanner.table.connection
-    scanners = _OPEN.get(connection)
-    if scanners is None:
-        scanners = _OPEN[connection] = weakref.WeakSet()
-        live = scanners
-
-        async def close_all() -> None:
-            for open_scanner in list(live):
-                await open_scanner.close()
-
-        connection.add_close_hook(close_all)
-    scanners.add(scanner)
-
 
 class LogScanner(AsyncClosing):
     def __init__(self, table: Table, plan: ReadPlan, startup: StartupSpec | None = None) -> None:
@@ -88,7 +67,7 @@ class LogScanner(AsyncClosing):
         )
         self._max_poll_records = connection.config.scanner_log_max_poll_records
         self._closed = False
-        _register(self)
+        connection.track_scanner(self)  # closed with the connection, so no fetch outlives it
 
     @property
     def arrow_schema(self) -> pa.Schema:

@@ -17,11 +17,10 @@ One `KvWriterClient` serves every upsert writer of a connection; it has its own 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from google.protobuf.message import Message
 
-from strom.client.per_connection import PerConnection
 from strom.client.upsert.kv_write_batch import KvBatchFormat, KvWriteBatch
 from strom.client.writer.accumulator import AppendOutcome, RecordAccumulator
 from strom.client.writer.errors import WriterClosedError
@@ -32,18 +31,7 @@ from strom.common.table_path import PhysicalTablePath
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
 
-if TYPE_CHECKING:
-    from strom.client.connection import Connection
-
-__all__ = ["KvAccumulator", "KvSender", "KvWriterClient", "kv_writer_client_for"]
-
-_CLIENTS: PerConnection[KvWriterClient] = PerConnection(lambda connection: KvWriterClient(connection))
-
-
-def kv_writer_client_for(connection: Connection) -> KvWriterClient:
-    """The connection's KV writer machinery, started on first use and closed with the connection."""
-    return _CLIENTS.get(connection)
-
+__all__ = ["KvAccumulator", "KvSender", "KvWriterClient"]
 
 class KvAccumulator(RecordAccumulator):
     def append_records(

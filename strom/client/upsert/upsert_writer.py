@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from strom.client.upsert.key_routing import KeyRouting
 from strom.client.upsert.kv_records import KvRecordEncoder, KvRecords
 from strom.client.upsert.kv_write_batch import KvBatchFormat, encode_kv_record
-from strom.client.upsert.kv_writer_client import KvWriterClient, kv_writer_client_for
+from strom.client.upsert.kv_writer_client import KvWriterClient
 from strom.client.writer.arrow_input import conform_batch
 from strom.client.writer.queued_writer import QueuedWriter
 from strom.client.writer.row_buffer import RowLayout
@@ -143,7 +143,7 @@ class UpsertWriter(QueuedWriter):
         self._records = KvRecordEncoder(info, self._routing.key_indexes, self._routing.key_format)
         self._encode_value = CompactedRowEncoder(schema.row_type).encode
         self._format = KvBatchFormat.of(info)
-        self._client: KvWriterClient = kv_writer_client_for(table.connection)
+        self._client: KvWriterClient = table.connection.kv_writer_client
         self._batch_size = table.connection.config.writer_batch_size
         self._root = PhysicalTablePath(info.table_path)
         self._paths: dict[str, PhysicalTablePath] = {}

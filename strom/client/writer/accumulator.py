@@ -7,8 +7,9 @@ memory. The sender drains ready buckets leader by leader, one batch per bucket p
 at a rotating bucket so no bucket starves, and re-enqueues batches it must retry at the head of
 their queue (in sequence order when the writer is idempotent).
 
-Memory: every append counts its estimated size against ``client.writer.buffer.memory-size`` until its
-batch is acknowledged or failed. Appends never block (they are plain calls); `wait_for_space` is the
+Memory: every batch counts its estimated size, rounded up to whole ``client.writer.buffer.page-size``
+pages (as Fluss's writer takes memory page by page), against ``client.writer.buffer.memory-size`` until
+it is acknowledged or failed. Appends never block (they are plain calls); `wait_for_space` is the
 awaitable back-pressure point for producers that outpace the cluster.
 """
 
@@ -62,6 +63,7 @@ class RecordAccumulator:
         self.batch_size = config.writer_batch_size
         self.linger = config.writer_batch_timeout.total_seconds()
         self.memory_limit = config.writer_buffer_memory_size
+        self.page_size = config.writer_buffer_page_size
         self.wait_timeout = (
             None
             if config.writer_buffer_wait_timeout is None
@@ -152,13 +154,19 @@ class RecordAccumulator:
             queue.append(last)
             self._incomplete[last.batch_id] = last
             created = True
+        before = 0 if created else self.footprint(last.size)
         add(last)
-        self._reserve(size)
+        self._reserve(self.footprint(last.size) - before)
         if created or last.is_full:
             self.wakeup.set()
         return AppendOutcome(last, created)
 
     # ------------------------------------------------------------------ memory
+
+    def footprint(self, size: int) -> int:
+        """The buffer memory a batch of `size` bytes holds: whole pages, at least one."""
+        page = self.page_size
+        return max(1, -(-size // page)) * page
 
     def _reserve(self, size: int) -> None:
         self._buffered += size
@@ -337,7 +345,7 @@ class RecordAccumulator:
         if self._incomplete.pop(batch.batch_id, None) is None:
             return
         self._left_flight(batch)
-        self._release(batch.size)
+        self._release(self.footprint(batch.size))
         self.wakeup.set()
 
     # ------------------------------------------------------------------ failing queued batches
@@ -350,7 +358,7 @@ class RecordAccumulator:
             for queue in buckets.values():
                 for batch in queue:
                     self._incomplete.pop(batch.batch_id, None)
-                    self._release(batch.size)
+                    self._release(self.footprint(batch.size))
                     batch.fail(error_for(path))
                     failed += 1
         return failed

@@ -37,7 +37,7 @@ from strom.client.writer.queued_writer import QueuedWriter
 from strom.client.writer.row_buffer import RowBuffer, RowLayout
 from strom.client.writer.write_batch import BatchFormat
 from strom.client.writer.write_result import WriteResult
-from strom.client.writer.writer_client import WriterClient, writer_client_for
+from strom.client.writer.writer_client import WriterClient
 from strom.common.errors import NonPrimaryKeyTableError
 from strom.common.table_path import PhysicalTablePath
 
@@ -147,7 +147,7 @@ class AppendWriter(QueuedWriter):
         )
         self._partition_indexes = self._partitioner.indexes if self._partitioner is not None else ()
         self._hash = HashBucketAssigner(info, self.arrow_schema) if info.has_bucket_key else None
-        self._client: WriterClient = writer_client_for(table.connection)
+        self._client: WriterClient = table.connection.writer_client
         self._client.register(self)
         self._batch_size = table.connection.config.writer_batch_size
         self._paths: dict[str, PhysicalTablePath] = {}

@@ -3,8 +3,9 @@
 Each round it (1) obtains a writer id first when the writer is idempotent, (2) asks the accumulator
 which leaders have ready buckets, (3) drains them into one ProduceLog request per leader and table
 (one batch per bucket), builds the batch bytes in drain order and sends them without waiting for
-the answers, and (4) sleeps until something changes: an append, an answer, a refresh, or the next
-linger or retry deadline.
+the answers, and (4) goes round again at once when it sent something (a bucket's next batches may
+go out too, up to client.writer.max-inflight-requests-per-bucket unanswered), else sleeps until
+something changes: an append, an answer, a refresh, or the next linger or retry deadline.
 
 Answers are handled per bucket, as Fluss's writer does:
 
@@ -17,8 +18,10 @@ Answers are handled per bucket, as Fluss's writer does:
 
 NETWORK, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TABLE_OR_BUCKET and LEADER_NOT_AVAILABLE also refresh the
 metadata of the affected tables; buckets without a known leader are refreshed as well, at most once
-per `REFRESH_INTERVAL`. A partition that turns out not to exist fails its queued batches with an
-error naming it.
+per `REFRESH_INTERVAL`. A partition that turns out not to exist is created through the admin API
+when client.writer.dynamic-create-partition.enabled is on (its batches wait until the metadata
+shows it, for up to client.request-timeout); with the option off its queued batches fail with an
+error naming it and the option.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from google.protobuf.message import Message
@@ -38,6 +41,7 @@ from strom.client.writer.accumulator import RecordAccumulator
 from strom.client.writer.errors import INVALID_METADATA_ERRORS, is_retriable_write_error
 from strom.client.writer.idempotence import IdempotenceManager
 from strom.client.writer.write_batch import WriteBatch
+from strom.common.config import CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED
 from strom.common.errors import (
     DuplicateSequenceError,
     FlussError,
@@ -50,6 +54,7 @@ from strom.common.errors import (
     UnknownWriterIdError,
     error_for_code,
 )
+from strom.common.partition import parse_partition_name
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.record.log_batch import NO_BATCH_SEQUENCE, NO_WRITER_ID
 from strom.rpc.api import ApiKey
@@ -59,6 +64,9 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 __all__ = ["Sender", "add_bucket_requests"]
 
 log = logging.getLogger(__name__)
+
+# Creates a partition of a table from its spec (partition key -> value); a no-op when it exists.
+PartitionCreator = Callable[[TablePath, dict[str, str]], Awaitable[None]]
 
 REFRESH_INTERVAL = 0.1  # least time between two refreshes for buckets without a leader
 INIT_WRITER_BACKOFF = Backoff(initial=0.1, maximum=1.0, jitter=0.2)
@@ -78,8 +86,12 @@ class Sender:
         config: ClientConfig,
         accumulator: RecordAccumulator,
         idempotence: IdempotenceManager,
+        create_partition: PartitionCreator | None = None,
     ) -> None:
+        """`create_partition` creates a partition that a write names and the cluster does not know
+        (client.writer.dynamic-create-partition.enabled); None fails such writes."""
         self.metadata = metadata
+        self.create_partition = create_partition
         self.pool = pool
         self.accumulator = accumulator
         self.idempotence = idempotence
@@ -92,6 +104,8 @@ class Sender:
         self._init_task: asyncio.Task[None] | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._stale: set[PhysicalTablePath] = set()
+        # Partitions this sender created for writes, and when (until the metadata shows them).
+        self._created_partitions: dict[PhysicalTablePath, float] = {}
         self._next_refresh = 0.0
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -160,7 +174,8 @@ class Sender:
                     delay = wait if delay is None else min(delay, wait)
         if not check.nodes:
             return delay
-        for node_id, batches in acc.drain(cluster, check.nodes, self.max_request_size).items():
+        drained = acc.drain(cluster, check.nodes, self.max_request_size)
+        for node_id, batches in drained.items():
             by_table: dict[int, list[WriteBatch]] = {}
             for batch in batches:
                 by_table.setdefault(batch.format.table_id, []).append(batch)
@@ -172,6 +187,10 @@ class Sender:
                     )
                     self._sends.add(task)
                     task.add_done_callback(self._send_done)
+        if drained:
+            # A drain takes one batch per bucket: the next ones of a bucket may go out at once too,
+            # up to client.writer.max-inflight-requests-per-bucket, without waiting for an answer.
+            return 0.0
         return delay
 
     def _send_done(self, task: asyncio.Task[None]) -> None:
@@ -372,11 +391,11 @@ class Sender:
             log.info("retrying %s after %s: %s", batch, type(error).__name__, error)
             self.accumulator.reenqueue(batch)
             return stale
-        self._fail(batch, error, adjust_sequences=batch.attempts < self.retries)
+        self._fail(batch, error, adjust_sequences=batch.attempts <= self.retries)
         return stale
 
     def _can_retry(self, batch: WriteBatch, error: FlussError) -> bool:
-        if batch.attempts >= self.retries or batch.done:
+        if batch.attempts > self.retries or batch.done:  # attempts counts the first send too
             return False
         if is_retriable_write_error(error):
             return True
@@ -443,17 +462,62 @@ class Sender:
 
     async def _refresh_partition(self, path: PhysicalTablePath) -> None:
         try:
-            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
-        except PartitionNotExistError:
-            self.accumulator.fail_queued(
-                [path],
-                lambda p: PartitionNotExistError(
-                    f"Partition '{p.partition_name}' of table '{p.table_path}' does not exist; "
-                    "create it before writing to it."
-                ),
-            )
+            visible = await self._partition_visible(path)
         except FlussError as e:
-            log.info("metadata refresh of %s failed: %s", path, e)
+            if e.retriable:
+                log.info("metadata refresh of %s failed: %s", path, e)
+            else:  # e.g. a partition value the cluster refuses: the writes that name it fail
+                self._created_partitions.pop(path, None)
+                self.accumulator.fail_queued([path], lambda _p, e=e: e)
+            return
+        if visible:
+            self._created_partitions.pop(path, None)
+            return
+        created = self._created_partitions.get(path)
+        if created is not None and asyncio.get_running_loop().time() - created < self.request_timeout:
+            # Created, but the server asked has not learnt of it yet: the batches stay queued and
+            # the next refresh (REFRESH_INTERVAL later) asks again.
+            return
+        self._created_partitions.pop(path, None)
+        hint = (
+            f"it was created but did not become visible within {self.request_timeout:.0f}s"
+            if created is not None
+            else f"create it first, or set {CLIENT_WRITER_DYNAMIC_CREATE_PARTITION_ENABLED.key}"
+        )
+        self.accumulator.fail_queued(
+            [path],
+            lambda p: PartitionNotExistError(
+                f"Table partition '{p.partition_name}' of table '{p.table_path}' does not exist; {hint}."
+            ),
+        )
+
+    async def _partition_visible(self, path: PhysicalTablePath) -> bool:
+        """Refresh the partition's metadata, creating the partition first (once) when the cluster
+        does not know it and dynamic creation is on; False while it is not visible."""
+        try:
+            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            return True
+        except PartitionNotExistError:
+            if self.create_partition is None or path in self._created_partitions:
+                return False
+        await self._create_partition(path)
+        self._created_partitions[path] = asyncio.get_running_loop().time()
+        try:
+            await self.metadata.update(table_paths=[path.table_path], partition_paths=[path])
+            return True
+        except PartitionNotExistError:
+            return False
+
+    async def _create_partition(self, path: PhysicalTablePath) -> None:
+        """Create the partition a write names, as Fluss's client does: the spec comes from the
+        partition name and the table's partition keys; a concurrent creator is no error."""
+        assert self.create_partition is not None and path.partition_name is not None
+        info = self.metadata.table_info(path.table_path)
+        if info is None:
+            raise TableNotExistError(f"Table '{path.table_path}' does not exist.")
+        spec = parse_partition_name(info.partition_keys, path.partition_name)
+        log.info("creating partition %s of %s for a write", path.partition_name, path.table_path)
+        await self.create_partition(path.table_path, dict(spec.items()))
 
 
 def add_bucket_requests(request: Any, built: list[tuple[WriteBatch, bytes | bytearray]]) -> None:

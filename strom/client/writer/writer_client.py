@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pyarrow as pa
 
-from strom.client.per_connection import PerConnection
 from strom.client.writer.bucket_assigner import (
     NoKeyBucketAssigner,
     RoundRobinBucketAssigner,
@@ -28,20 +27,12 @@ from strom.common.table_path import PhysicalTablePath
 if TYPE_CHECKING:
     from strom.client.connection import Connection
 
-__all__ = ["StagingWriter", "WriterClient", "writer_client_for"]
+__all__ = ["StagingWriter", "WriterClient"]
 
 
 class StagingWriter(Protocol):
     def route_staged(self) -> None:
         """Queue rows the writer still holds back."""
-
-
-_CLIENTS: PerConnection[WriterClient] = PerConnection(lambda connection: WriterClient(connection))
-
-
-def writer_client_for(connection: Connection) -> WriterClient:
-    """The connection's writer machinery, started on first use."""
-    return _CLIENTS.get(connection)
 
 
 class WriterClient(WriterMachinery):

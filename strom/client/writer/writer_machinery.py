@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from strom.client.writer.accumulator import RecordAccumulator
 from strom.client.writer.errors import WriterClosedError
 from strom.client.writer.idempotence import IdempotenceManager
-from strom.client.writer.sender import Sender
+from strom.client.writer.sender import PartitionCreator, Sender
 from strom.client.writer.write_batch import WriteBatch
+from strom.common.table_path import TablePath
 
 if TYPE_CHECKING:
     from strom.client.connection import Connection
@@ -34,8 +35,17 @@ class WriterMachinery:
             config.writer_enable_idempotence, config.writer_max_inflight_requests_per_bucket
         )
         self.accumulator = self.accumulator_type(config, self.idempotence)
+        create_partition: PartitionCreator | None = None
+        if config.writer_dynamic_create_partition_enabled:
+            admin = connection.get_admin()
+
+            async def create(path: TablePath, spec: dict[str, str]) -> None:
+                await admin.create_partition(path, spec, ignore_if_exists=True)
+
+            create_partition = create
+
         self.sender = self.sender_type(
-            connection.metadata, connection.pool, config, self.accumulator, self.idempotence
+            connection.metadata, connection.pool, config, self.accumulator, self.idempotence, create_partition
         )
         self.sender.start()
         self.closed = False
