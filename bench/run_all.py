@@ -18,6 +18,7 @@ BENCHMARKS = [
     "log_throughput",
     "projection",
     "write_latency",
+    "flush_cost",
     "pk_upsert",
     "lookup",
     "tiering",

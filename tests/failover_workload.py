@@ -28,7 +28,13 @@ def rows(start: int, count: int) -> pa.Table:
 
 
 async def create_table(
-    bootstrap: str, name: str, *, primary_key: bool = False, buckets: int = 1, replication: int = 3
+    bootstrap: str,
+    name: str,
+    *,
+    primary_key: bool = False,
+    buckets: int = 1,
+    replication: int = 3,
+    properties: dict[str, str] | None = None,
 ) -> None:
     connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
     try:
@@ -36,7 +42,9 @@ async def create_table(
         await connection.get_admin().create_table(
             fluss.TablePath("fluss", name),
             fluss.TableDescriptor(
-                schema, bucket_count=buckets, properties={"table.replication.factor": str(replication)}
+                schema,
+                bucket_count=buckets,
+                properties={"table.replication.factor": str(replication), **(properties or {})},
             ),
             ignore_if_exists=True,
         )

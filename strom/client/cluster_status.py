@@ -45,6 +45,8 @@ class BucketStatus:
     kv_snapshot_id: int | None
     # follower id -> records it is behind the leader's log end
     follower_lag: dict[int, int] = field(default_factory=dict)
+    # eligible leader replicas (KIP-966): out of the ISR, still holding every acknowledged record
+    elr: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +251,7 @@ def build_cluster_status(
                 high_watermark=hw,
                 kv_snapshot_id=b.kv_snapshot_id if b.HasField("kv_snapshot_id") else None,
                 follower_lag=lag,
+                elr=list(b.elr),
             )
         )
     lakes = {lake.table_id: lake for lake in cluster.lakes}

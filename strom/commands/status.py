@@ -66,7 +66,8 @@ def print_status(cluster: ClusterStatus) -> None:
 
     buckets = Table(title="Buckets")
     for column in (
-        "table", "partition", "bucket", "leader", "replicas", "isr", "log start", "log end", "high watermark",
+        "table", "partition", "bucket", "leader", "replicas", "isr", "elr", "log start", "log end",
+        "high watermark",
         "kv snapshot", "follower lag",
     ):  # fmt: skip
         buckets.add_column(column)
@@ -77,9 +78,10 @@ def print_status(cluster: ClusterStatus) -> None:
                 f"{t.database}.{t.name}",
                 b.partition or "",
                 str(b.bucket),
-                "[red]none[/]" if b.leader is None else str(b.leader),
+                "[red]none (waiting for an eligible replica)[/]" if b.leader is None else str(b.leader),
                 _ids(b.replicas),
                 f"[yellow]{_ids(b.isr)}[/]" if under else _ids(b.isr),
+                f"[yellow]{_ids(b.elr)}[/]" if b.elr else "",
                 _offset(b.log_start),
                 _offset(b.log_end),
                 _offset(b.high_watermark),

@@ -660,7 +660,9 @@ LOG_FLUSH_INTERVAL_MESSAGES: ConfigOption[int] = ConfigOption(
     "log.flush.interval-messages",
     int,
     _MAX_INT64,
-    "Messages appended before the log is fsynced; by default durability comes from replication.",
+    "Records appended before the log is fsynced, on the leader and on followers, before the write is "
+    "acknowledged: 1 makes acknowledged writes survive a power cut of every replica (at a cost, see "
+    "docs/performance.md). By default durability comes from replication.",
 )
 LOG_FLUSH_OFFSET_CHECKPOINT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     "log.flush.offset.checkpoint-interval",
@@ -690,7 +692,8 @@ LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER: ConfigOption[int] = ConfigOption(
     "log.replica.min-in-sync-replicas-number",
     int,
     1,
-    "Fewest in-sync replicas an acks=all write needs; fewer fails with NOT_ENOUGH_REPLICAS.",
+    "Fewest in-sync replicas an acks=all write needs; fewer fails with NOT_ENOUGH_REPLICAS. Replicas that "
+    "leave an ISR below it stay eligible to lead (KIP-966): set it alike on the coordinator.",
 )
 LOG_REPLICA_FETCH_MAX_BYTES: ConfigOption[MemorySize] = ConfigOption(
     "log.replica.fetch.max-bytes", MemorySize, MemorySize(16 << 20), "Most bytes one follower fetch returns."
@@ -1068,6 +1071,13 @@ TABLE_STATISTICS_COLUMNS: ConfigOption[str | None] = ConfigOption(
     "Columns whose min/max/null counts each log batch carries: '*' or a comma-separated list. Log "
     "tables only; makes clients write V1 batches.",
 )
+TABLE_UNCLEAN_LEADER_ELECTION_ENABLED: ConfigOption[bool] = ConfigOption(
+    "table.unclean.leader.election.enabled",
+    bool,
+    False,
+    "(Strom) Kafka's unclean.leader.election.enable: when no replica known to hold every "
+    "acknowledged record is live, elect any live replica at once instead of waiting, accepting the loss.",
+)
 
 TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
     [
@@ -1101,6 +1111,7 @@ TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLE_AUTO_INCREMENT_CACHE_SIZE,
         TABLE_CHANGELOG_IMAGE,
         TABLE_STATISTICS_COLUMNS,
+        TABLE_UNCLEAN_LEADER_ELECTION_ENABLED,
     ]
 )
 
@@ -1119,6 +1130,7 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         TABLE_AUTO_PARTITION_NUM_PRECREATE.key,
         TABLE_STATISTICS_COLUMNS.key,
         TABLE_KV_STANDBY_REPLICA_ENABLED.key,
+        TABLE_UNCLEAN_LEADER_ELECTION_ENABLED.key,
     }
 )
 

@@ -45,6 +45,22 @@ def register_coordinator_metrics(metrics: Metrics, active: Callable[[], Any]) ->
     gauge("bucketCount", "Buckets (of tables and of partitions).", lambda c: len(c.store.list_buckets()))
     gauge("offlineBucketCount", "Buckets without a live leader.", offline)
     gauge(
+        "eligibleLeaderReplicasBucketCount",
+        "Buckets with eligible leader replicas (KIP-966): their ISR is below the minimum.",
+        lambda c: sum(1 for b in c.store.list_buckets() if b.elr),
+    )
+    gauge(
+        "electionFromEligibleLeaderReplicasCount",
+        "Leaders elected from the ELR since this coordinator became active (no ISR member was live).",
+        lambda c: c.controller.elr_elections,
+    )
+    gauge(
+        "uncleanLeaderElectionCount",
+        "Leaders elected since this coordinator became active that may have lost acknowledged records "
+        "(table.unclean.leader.election.enabled, or every replica restarted uncleanly).",
+        lambda c: c.controller.unclean_elections,
+    )
+    gauge(
         "lakeTiering_pendingTablesCount", "Lake-enabled tables waiting for a tiering job.", tiering("pending")
     )
     gauge("lakeTiering_runningTablesCount", "Lake-enabled tables being tiered now.", tiering("tiering"))

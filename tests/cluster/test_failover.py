@@ -171,10 +171,19 @@ def test_kip101_divergent_logs_end_identical(cluster_factory: Any) -> None:
 
     m2 itself is lost with B's page cache, as it would be in Kafka or Fluss without an fsync per
     append; what must hold is that both replicas end identical, with everything else they acknowledged.
+    B restarts uncleanly, so it may lead again only because the table allows unclean leader elections:
+    by default the bucket waits for an eligible replica (test_eligible_leaders.py).
     """
     config = {**CONFIG, "log.replica.high-watermark.checkpoint-interval": "100ms"}
     cluster: Cluster = cluster_factory(tablet_servers=2, config=config)
-    asyncio.run(create_table(cluster.bootstrap, "diverge", replication=2))
+    asyncio.run(
+        create_table(
+            cluster.bootstrap,
+            "diverge",
+            replication=2,
+            properties={"table.unclean.leader.election.enabled": "true"},
+        )
+    )
     _write(cluster.bootstrap, "diverge", 0, 100)  # R1
     _write(cluster.bootstrap, "diverge", 100, 1)  # m2: acknowledged by both replicas
     a = leader(cluster, "diverge")

@@ -75,7 +75,7 @@ def test_the_metadata_store_contract(open_store: Opener) -> None:
     store.put_buckets(
         [
             BucketAssignment(ids[0], None, 0, (0, 1), 0, 3, (0, 1), 5),
-            BucketAssignment(ids[1], 77, 1, (1, 2), 2, 1, (2,), 0),
+            BucketAssignment(ids[1], 77, 1, (1, 2, 3), 2, 1, (2,), 0, elr=(3, 1)),
         ]
     )
     store.put_document("kv-snapshots/1/0/0", b"a")
@@ -104,6 +104,7 @@ def test_the_metadata_store_contract(open_store: Opener) -> None:
         buckets = {b.key: b for b in s.list_buckets()}
         assert buckets[(ids[0], None, 0)].isr == (0, 1) and buckets[(ids[0], None, 0)].bucket_epoch == 5
         assert buckets[(ids[1], 77, 1)].leader == 2
+        assert buckets[(ids[1], 77, 1)].elr == (3, 1) and buckets[(ids[0], None, 0)].elr == ()
         assert [k for k, _ in s.list_documents("kv-snapshots/1/")] == [
             "kv-snapshots/1/0/0",
             "kv-snapshots/1/0/1",
@@ -149,3 +150,28 @@ def test_a_replaced_coordinator_cannot_write_to_zookeeper(zookeeper: LocalZooKee
     finally:
         old.close()
         new.close()
+
+
+def test_a_sqlite_store_from_before_eligible_leader_replicas_opens_with_empty_elrs(tmp_path: Path) -> None:
+    import sqlite3
+
+    from strom.server.store.sqlite import SqliteMetadataStore
+
+    path = tmp_path / "metadata.db"
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE buckets (table_id INTEGER NOT NULL, partition_id INTEGER NOT NULL, "
+        "bucket_id INTEGER NOT NULL, replicas TEXT NOT NULL, leader INTEGER, leader_epoch INTEGER NOT NULL, "
+        "isr TEXT NOT NULL, bucket_epoch INTEGER NOT NULL, PRIMARY KEY (table_id, partition_id, bucket_id))"
+    )
+    db.execute("INSERT INTO buckets VALUES (1, -1, 0, '[0, 1]', 0, 2, '[0]', 4)")
+    db.commit()
+    db.close()
+    store = SqliteMetadataStore(path)
+    try:
+        (old,) = store.list_buckets()
+        assert (old.isr, old.elr, old.bucket_epoch) == ((0,), (), 4)
+        store.put_buckets([BucketAssignment(1, None, 0, (0, 1), None, 3, (), 5, elr=(1,))])
+        assert store.list_buckets()[0].elr == (1,)
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ from strom.common.errors import (
 from strom.record.log_batch import CRC_OFFSET
 from strom.server.tablet.log import background_flush
 from strom.server.tablet.log.background_flush import submit_delete
+from strom.server.tablet.log.checkpoint import read_offset_checkpoint
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, LogTablet
 from strom.server.tablet.log.segment import segment_file_name
@@ -297,6 +298,22 @@ def test_flush_moves_recovery_point(tmp_path: Path) -> None:
     log.append_as_leader(make_batch(records=3))
     assert log.recovery_point == 6
     log.close()
+
+
+def test_flushing_every_message_syncs_each_append_of_leader_and_follower(tmp_path: Path) -> None:
+    """`log.flush.interval-messages: 1`: every append is on disk (recovery point at the log end, and
+    checkpointed) before it returns, so before a follower's next fetch can acknowledge it."""
+    config = LogConfig(flush_interval_messages=1)
+    leader = open_log(tmp_path / "leader", config)
+    follower = open_log(tmp_path / "follower", config)
+    for _ in range(3):
+        leader.append_as_leader(make_batch(records=2))
+        assert leader.recovery_point == leader.log_end_offset
+        follower.append_as_follower(leader.read(follower.log_end_offset, 1 << 20).records)
+        assert follower.recovery_point == follower.log_end_offset == leader.log_end_offset
+    assert read_offset_checkpoint(tmp_path / "follower" / RECOVERY_POINT_FILE) == 6
+    leader.close()
+    follower.close()
 
 
 def test_offset_for_timestamp(tmp_path: Path) -> None:

@@ -304,6 +304,7 @@ def test_strom_internal_messages() -> None:
         "rack": 4,
         "incarnation": 5,
         "listeners": 6,
+        "unclean_shutdown": 7,
     }
     assert field_numbers(internal_pb.RegisterTabletServerResponse.DESCRIPTOR) == {
         "coordinator_epoch": 1,

@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterTabletServerRequest(_message.Message):
-    __slots__ = ("server_id", "host", "port", "rack", "incarnation", "listeners")
+    __slots__ = ("server_id", "host", "port", "rack", "incarnation", "listeners", "unclean_shutdown")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     RACK_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     LISTENERS_FIELD_NUMBER: _ClassVar[int]
+    UNCLEAN_SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     server_id: int
     host: str
     port: int
     rack: str
     incarnation: int
     listeners: str
-    def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[int] = ..., listeners: _Optional[str] = ...) -> None: ...
+    unclean_shutdown: bool
+    def __init__(self, server_id: _Optional[int] = ..., host: _Optional[str] = ..., port: _Optional[int] = ..., rack: _Optional[str] = ..., incarnation: _Optional[int] = ..., listeners: _Optional[str] = ..., unclean_shutdown: bool = ...) -> None: ...
 
 class RegisterTabletServerResponse(_message.Message):
     __slots__ = ("coordinator_epoch", "session_id", "session_timeout_ms")
@@ -167,7 +169,7 @@ class StatusTable(_message.Message):
     def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ...) -> None: ...
 
 class StatusBucket(_message.Message):
-    __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id")
+    __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id", "elr")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -178,6 +180,7 @@ class StatusBucket(_message.Message):
     ISR_FIELD_NUMBER: _ClassVar[int]
     BUCKET_EPOCH_FIELD_NUMBER: _ClassVar[int]
     KV_SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ELR_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     partition_id: int
     partition_name: str
@@ -188,7 +191,8 @@ class StatusBucket(_message.Message):
     isr: _containers.RepeatedScalarFieldContainer[int]
     bucket_epoch: int
     kv_snapshot_id: int
-    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., partition_name: _Optional[str] = ..., bucket_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., bucket_epoch: _Optional[int] = ..., kv_snapshot_id: _Optional[int] = ...) -> None: ...
+    elr: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., partition_name: _Optional[str] = ..., bucket_id: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., leader: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., isr: _Optional[_Iterable[int]] = ..., bucket_epoch: _Optional[int] = ..., kv_snapshot_id: _Optional[int] = ..., elr: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class StatusLake(_message.Message):
     __slots__ = ("table_id", "snapshot_id", "committed_time", "offsets")

@@ -44,6 +44,9 @@ from strom.server.store.base import MetadataStore, TableRecord
 
 log = logging.getLogger(__name__)
 
+# per tablet server, the process (incarnation) whose unclean start the controller already acted on
+_UNCLEAN_STARTS = "unclean-starts/"
+
 # Every API the coordinator serves, and which part of the active coordinator answers it. A standby
 # coordinator advertises the same keys and forwards them to the active one.
 HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
@@ -114,7 +117,14 @@ class ActiveCoordinator:
         self.coordinator_epoch = store.bump_coordinator_epoch()
         self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
         # The services HANDLERS reads carry their types, since HANDLERS comes before this class.
-        self.controller: Controller = Controller(store, self.membership, pool, self.coordinator_epoch, node)
+        self.controller: Controller = Controller(
+            store,
+            self.membership,
+            pool,
+            self.coordinator_epoch,
+            node,
+            min_isr=self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER) or 1,
+        )
         self.failure_detector = FailureDetector(self._confirmed_dead)
         self.liveness: Liveness = liveness(self)
         self.metadata: MetadataService = MetadataService(
@@ -147,6 +157,13 @@ class ActiveCoordinator:
         await self.liveness.start()
         for server in list(self.membership.servers.values()):
             self.failure_detector.watch(server)
+        # A server that started uncleanly while no coordinator was active (or before the previous one
+        # acted on it) is registered already: it loses its eligibility now, before anything is pushed.
+        for server_id, unclean_start in self.liveness.unclean_at_start.items():
+            if self._unclean_start_is_new(server_id, unclean_start):
+                log.info("tablet server %d started after an unclean shutdown", server_id)
+                await self.controller.on_server_registered(server_id, unclean=True)
+                self._unclean_start_acted_on(server_id, unclean_start)
         await self.controller.broadcast_servers()
         await self.controller.notify_leadership(self.store.list_buckets())
         self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
@@ -168,24 +185,39 @@ class ActiveCoordinator:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.rebalance.stop()
+        await self.controller.close()
         await self.liveness.stop()
         await self.failure_detector.close()
 
     # ---- tablet servers coming and going (called by the liveness source and the failure detector)
 
-    async def server_registered(self, server: LiveServer, restarted: bool) -> None:
+    async def server_registered(
+        self, server: LiveServer, restarted: bool, unclean_start: int | None = None
+    ) -> None:
+        """`unclean_start`: the id of the server process when it started after an unclean shutdown
+        (it re-registers with the same id after a coordinator failover: acted on once)."""
+        unclean = unclean_start is not None and self._unclean_start_is_new(server.server_id, unclean_start)
         log.info(
-            "tablet server %d registered at %s:%d%s",
+            "tablet server %d registered at %s:%d%s%s",
             server.server_id,
             server.host,
             server.port,
             " (restarted)" if restarted else "",
+            " after an unclean shutdown (or with a new data directory)" if unclean else "",
         )
         if restarted:
             # A new process of a known id lost whatever its predecessor led: move that first.
             await self.controller.on_servers_dead({server.server_id}, still_registered=True)
         self.failure_detector.watch(server)
-        await self.controller.on_server_registered(server.server_id)
+        await self.controller.on_server_registered(server.server_id, unclean=unclean)
+        if unclean and unclean_start is not None:
+            self._unclean_start_acted_on(server.server_id, unclean_start)
+
+    def _unclean_start_is_new(self, server_id: int, unclean_start: int) -> bool:
+        return self.store.get_document(f"{_UNCLEAN_STARTS}{server_id:010d}") != str(unclean_start).encode()
+
+    def _unclean_start_acted_on(self, server_id: int, unclean_start: int) -> None:
+        self.store.put_document(f"{_UNCLEAN_STARTS}{server_id:010d}", str(unclean_start).encode())
 
     async def servers_dead(self, servers: list[LiveServer]) -> None:
         """These servers (already out of the membership) are gone: move their leadership."""
@@ -255,6 +287,8 @@ class ActiveCoordinator:
     async def _table_altered(self, old: TableDescriptor, record: TableRecord) -> None:
         self.lake.on_table_altered(old, record)
         await self.auto_partitions.check_table(record)
+        # table.unclean.leader.election.enabled may have been set for a bucket waiting for a leader
+        await self.controller.elect_waiting(record.table_id)
 
     def _table_dropped(self, table_id: int) -> None:
         self.lake.on_table_dropped(table_id)

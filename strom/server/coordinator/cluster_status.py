@@ -62,6 +62,7 @@ async def describe_cluster(
             leader_epoch=a.leader_epoch,
             isr=a.isr,
             bucket_epoch=a.bucket_epoch,
+            elr=a.elr,
         )
         if a.partition_id is not None:
             bucket.partition_id = a.partition_id

@@ -9,6 +9,7 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
+from strom.common import config as options
 from strom.common.errors import (
     FencedLeaderEpochError,
     FlussError,
@@ -17,10 +18,13 @@ from strom.common.errors import (
     UnknownTableOrBucketError,
 )
 from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.resend import Owed, Resender
 from strom.server.store.base import BucketAssignment, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -62,21 +66,37 @@ class Controller:
         pool: ConnectionPool,
         coordinator_epoch: int,
         coordinator_node: pb.PbServerNode,
+        min_isr: int = 1,
     ) -> None:
         self.store = store
         self.membership = membership
         self.pool = pool
         self.coordinator_epoch = coordinator_epoch
         self.coordinator_node = coordinator_node
+        # `log.replica.min-in-sync-replicas-number`: below it, replicas leaving the ISR join the ELR
+        self.min_isr = min_isr
+        # leaders elected that may have lost acknowledged records (unclean or last-resort elections)
+        self.unclean_elections = 0
+        # leaders elected from the ELR (no ISR member was live)
+        self.elr_elections = 0
         # held while reading and writing assignments, so leadership, ISR and rebalance steps do not race
         self.lock = asyncio.Lock()
         # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
         # carries it (set by the metadata service)
         self.table_metadata: Callable[[set[int]], list[pb.PbTableMetadata]] = lambda ids: []
+        # pushes a live server missed, sent again until it acknowledges them (resend.py)
+        self.resender = Resender(self._session_of, self._push_owed)
+
+    async def close(self) -> None:
+        await self.resender.close()
 
     # ---- pushes to tablet servers
 
-    async def send(self, server_id: int, key: ApiKey, message: object) -> object | None:
+    async def send(
+        self, server_id: int, key: ApiKey, message: object, owe: Callable[[], None] | None = None
+    ) -> object | None:
+        """The server's answer, or None. `owe` records the push for resending when the server may not
+        have got it (a lost connection, a timeout); an error it answered with is not resent."""
         server = self.membership.servers.get(server_id)
         if server is None:
             return None
@@ -90,7 +110,28 @@ class Controller:
             )
         except FlussError as e:
             log.warning("%s to tablet server %d failed: %s", key.name, server_id, e)
+            if owe is not None and e.retriable:
+                owe()
             return None
+
+    def _session_of(self, server_id: int) -> int | None:
+        server = self.membership.servers.get(server_id)
+        return None if server is None else server.session_id
+
+    async def _push_owed(self, server_id: int, owed: Owed) -> Owed:
+        """Send the current state of what `owed` names; returns what failed again."""
+        left = Owed(owed.session_id)
+        if owed.servers or owed.tables:
+            request = self._update_metadata(self.table_metadata(owed.tables) if owed.tables else ())
+            if await self.send(server_id, ApiKey.UPDATE_METADATA, request) is None:
+                left.servers, left.tables = owed.servers, set(owed.tables)
+        if owed.buckets:
+            # buckets it no longer hosts (or that are gone) need nothing
+            notify = self._leadership_requests(self._current(owed.buckets), {server_id}).get(server_id)
+            key = ApiKey.NOTIFY_LEADER_AND_ISR
+            if notify is not None and await self.send(server_id, key, notify) is None:
+                left.buckets = set(owed.buckets)
+        return left
 
     def _physical_path(self, assignment: BucketAssignment) -> pb.PbPhysicalTablePath | None:
         table = self.store.get_table_by_id(assignment.table_id)
@@ -107,7 +148,47 @@ class Controller:
     async def notify_leadership(
         self, assignments: Iterable[BucketAssignment], only_servers: set[int] | None = None
     ) -> None:
-        """Tell every live replica of these buckets who leads them now."""
+        """Tell every live replica of these buckets who leads them now.
+
+        What is sent is the store's state at the moment of sending, not the caller's copy: callers await
+        other pushes first (a paused server holds them for NOTIFY_TIMEOUT), and a stale leadership that
+        reaches a server restarted meanwhile has nothing newer to be fenced by. A restarted replica that
+        lost its tail then led an old epoch with an empty log, and the replica that kept the records
+        truncated to it (tests/cluster/test_eligible_leaders.py).
+        """
+        keys = {a.key for a in assignments}
+        by_server = self._leadership_requests(self._current(keys), only_servers)
+        # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
+        # usually find it already leading; a leader that does not answer in time does not hold them up.
+        leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
+        first = [self._notify(s, by_server[s]) for s in leaders]
+        if first:
+            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+            by_server = self._leadership_requests(self._current(keys), only_servers)  # fresh again
+        await asyncio.gather(*(self._notify(s, r) for s, r in by_server.items() if s not in leaders))
+
+    async def _notify(self, server_id: int, request: pb.NotifyLeaderAndIsrRequest) -> object | None:
+        keys = {
+            (
+                e.table_bucket.table_id,
+                e.table_bucket.partition_id if e.table_bucket.HasField("partition_id") else None,
+                e.table_bucket.bucket_id,
+            )
+            for e in request.notify_buckets_leader_req
+        }
+        owe = lambda: self.resender.owe(server_id, buckets=keys)  # noqa: E731
+        return await self.send(server_id, ApiKey.NOTIFY_LEADER_AND_ISR, request, owe)
+
+    def _current(self, keys: set[tuple[int, int | None, int]]) -> list[BucketAssignment]:
+        """The stored state of these buckets (dropped ones left out)."""
+        found: list[BucketAssignment] = []
+        for table_id in {k[0] for k in keys}:
+            found.extend(a for a in self.store.list_buckets(table_id) if a.key in keys)
+        return found
+
+    def _leadership_requests(
+        self, assignments: Iterable[BucketAssignment], only_servers: set[int] | None
+    ) -> dict[int, pb.NotifyLeaderAndIsrRequest]:
         by_server: dict[int, pb.NotifyLeaderAndIsrRequest] = {}
         for a in assignments:
             if a.leader is None:
@@ -130,15 +211,7 @@ class Controller:
                 )
                 entry.physical_table_path.CopyFrom(path)
                 entry.table_bucket.CopyFrom(_pb_bucket(a))
-        # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
-        # usually find it already leading; a leader that does not answer in time does not hold them up.
-        leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, by_server[s]) for s in leaders]
-        if first:
-            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
-        await asyncio.gather(
-            *(self.send(s, ApiKey.NOTIFY_LEADER_AND_ISR, r) for s, r in by_server.items() if s not in leaders)
-        )
+        return by_server
 
     async def stop_replicas(self, assignments: Iterable[BucketAssignment], delete: bool) -> None:
         by_server: dict[int, pb.StopReplicaRequest] = defaultdict(
@@ -153,6 +226,17 @@ class Controller:
     async def broadcast_servers(self, tables: Sequence[pb.PbTableMetadata] = ()) -> None:
         """UpdateMetadata with the live server list, so tablet servers know their peers, and the
         given tables' current metadata (an altered table's new schema or options)."""
+        request = self._update_metadata(tables)
+        table_ids = {t.table_id for t in tables}
+
+        def owe(server_id: int) -> Callable[[], None]:
+            return lambda: self.resender.owe(server_id, servers=True, tables=table_ids)
+
+        await asyncio.gather(
+            *(self.send(s, ApiKey.UPDATE_METADATA, request, owe(s)) for s in list(self.membership.servers))
+        )
+
+    def _update_metadata(self, tables: Sequence[pb.PbTableMetadata]) -> pb.UpdateMetadataRequest:
         request = pb.UpdateMetadataRequest(coordinator_epoch=self.coordinator_epoch)
         request.table_metadata.extend(tables)
         request.coordinator_server.CopyFrom(self.coordinator_node)
@@ -160,43 +244,43 @@ class Controller:
             node = request.tablet_servers.add(node_id=server.server_id, host=server.host, port=server.port)
             if server.listeners:
                 node.listeners = server.listeners
-        await asyncio.gather(
-            *(self.send(s, ApiKey.UPDATE_METADATA, request) for s in list(self.membership.servers))
-        )
+        return request
 
     # ---- membership events
 
-    async def on_server_registered(self, server_id: int) -> None:
-        """Give a (re)joining server leadership of its leaderless buckets, and tell it all its replicas."""
+    async def on_server_registered(self, server_id: int, unclean: bool = False) -> None:
+        """Elect leaders of the (re)joining server's leaderless buckets, and tell it all its replicas.
+
+        `unclean`: this process started after an unclean shutdown, so its replicas may have lost their
+        unflushed tails; they are no longer eligible to lead (KIP-966) until they rejoin the ISR.
+        """
         async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
+            live = set(self.membership.servers)
             for a in self.store.list_buckets():
                 if server_id not in a.replicas:
                     continue
-                if a.leader is None and (server_id in a.isr or not a.isr):
-                    a = BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        server_id,
-                        a.leader_epoch + 1,
-                        a.isr or (server_id,),
-                        a.bucket_epoch,
-                    )
+                before = a
+                if unclean:
+                    a = forget_unclean(a, server_id)
+                if a.leader is None:
+                    a, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
+                    self._count(a, kind)
+                if a != before:
                     changed.append(a)
                 hosted.append(a)
             if changed:
                 self.store.put_buckets(changed)
-                log.info("server %d leads %d leaderless bucket(s) again", server_id, len(changed))
+                log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
         # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
         # learns its tables' current schemas before it leads or follows them again.
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
     async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
-        """Move leadership away from dead servers to live ISR members (or leave the bucket offline).
+        """Move leadership away from dead servers to live eligible replicas (or leave the bucket
+        waiting for one); dead followers leave the ISR.
 
         `still_registered`: the ids are registered again already (restarted processes), so they get
         the new leadership too, as followers.
@@ -205,46 +289,81 @@ class Controller:
             live = set(self.membership.servers) - server_ids
             changed: list[BucketAssignment] = []
             for a in self.store.list_buckets():
-                if a.leader not in server_ids:
-                    if a.leader is not None and set(a.isr) & server_ids:
-                        # a dead follower leaves the ISR at once, so acks=all writes do not wait for it
-                        isr = tuple(r for r in a.isr if r not in server_ids)
-                        changed.append(
-                            BucketAssignment(
-                                a.table_id,
-                                a.partition_id,
-                                a.bucket_id,
-                                a.replicas,
-                                a.leader,
-                                a.leader_epoch,
-                                isr,
-                                a.bucket_epoch + 1,
-                            )
-                        )
+                if a.leader not in server_ids and not set(a.isr) & server_ids:
                     continue
-                candidates = [r for r in a.replicas if r in a.isr and r in live]
-                new_leader = candidates[0] if candidates else None
-                # Keep the dead leader in the ISR when nobody else is left (Kafka does the same), so it
-                # can lead again on return without losing acknowledged writes.
-                new_isr = tuple(r for r in a.isr if r not in server_ids) or a.isr
-                changed.append(
-                    BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        new_leader,
-                        a.leader_epoch + 1,
-                        new_isr,
-                        a.bucket_epoch,
-                    )
-                )
+                new, kind = elect(a, server_ids, live, self.min_isr, self._unclean_allowed(a.table_id))
+                self._count(new, kind)
+                if new != a:
+                    changed.append(new)
             if changed:
                 self.store.put_buckets(changed)
-                log.info("servers %s gone: %d bucket(s) changed leadership", sorted(server_ids), len(changed))
+                log.info(
+                    "servers %s gone: %d bucket(s) changed leadership or ISR",
+                    sorted(server_ids),
+                    len(changed),
+                )
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
+
+    async def elect_waiting(self, table_id: int) -> None:
+        """Try again to elect leaders of this table's leaderless buckets (its options changed)."""
+        async with self.lock:
+            live = set(self.membership.servers)
+            changed: list[BucketAssignment] = []
+            for a in self.store.list_buckets(table_id):
+                if a.leader is None:
+                    new, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(table_id))
+                    self._count(new, kind)
+                    if new != a:
+                        changed.append(new)
+            if changed:
+                self.store.put_buckets(changed)
+        await self.notify_leadership(changed)
+
+    def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
+        def allowed() -> bool:
+            table = self.store.get_table_by_id(table_id)
+            if table is None:
+                return False
+            option = options.TABLE_UNCLEAN_LEADER_ELECTION_ENABLED
+            raw = TableDescriptor.from_json_bytes(table.table_json).properties.get(option.key)
+            return raw is not None and option.parse(raw)
+
+        return allowed
+
+    def _count(self, a: BucketAssignment, kind: Election) -> None:
+        where = f"table {a.table_id} bucket {a.bucket_id}" + (
+            "" if a.partition_id is None else f" (partition {a.partition_id})"
+        )
+        if kind is Election.UNCLEAN:
+            self.unclean_elections += 1
+            log.error(
+                "UNCLEAN LEADER ELECTION of %s: no eligible replica is live and "
+                "table.unclean.leader.election.enabled is set, so server %s leads; acknowledged records "
+                "it lost are gone for good",
+                where,
+                a.leader,
+            )
+        elif kind is Election.LAST_RESORT:
+            self.unclean_elections += 1
+            log.error(
+                "every replica of %s restarted after an unclean shutdown and none is eligible: server %s "
+                "leads; records acknowledged after its last fsync may be lost",
+                where,
+                a.leader,
+            )
+        elif kind is Election.ELR:
+            self.elr_elections += 1
+            log.warning("%s: no ISR member is live; eligible leader replica %s leads", where, a.leader)
+        elif kind is Election.WAITING:
+            log.warning(
+                "%s waits for an eligible replica (ISR %s, ELR %s) to come back; none of the live "
+                "replicas is known to hold every acknowledged record",
+                where,
+                list(a.isr),
+                list(a.elr),
+            )
 
     async def adjust_isr(self, request: pb.AdjustIsrRequest, ctx: object) -> pb.AdjustIsrResponse:
         """A leader proposes a new ISR; accepted when its leader and bucket epochs are current."""
@@ -284,16 +403,7 @@ class Controller:
                         result.error_message = error.message
                         continue
                     assert a is not None
-                    a = BucketAssignment(
-                        a.table_id,
-                        a.partition_id,
-                        a.bucket_id,
-                        a.replicas,
-                        a.leader,
-                        a.leader_epoch,
-                        new_isr,
-                        a.bucket_epoch + 1,
-                    )
+                    a = change_isr(a, new_isr, self.min_isr)
                     accepted.append(a)
                     result.leader_id = a.leader
                     result.leader_epoch = a.leader_epoch
@@ -304,11 +414,12 @@ class Controller:
                 self.store.put_buckets(accepted)
                 for a in accepted:
                     log.info(
-                        "ISR of table %d bucket %d (partition %s) is now %s",
+                        "ISR of table %d bucket %d (partition %s) is now %s (ELR %s)",
                         a.table_id,
                         a.bucket_id,
                         a.partition_id,
                         list(a.isr),
+                        list(a.elr),
                     )
         return response
 

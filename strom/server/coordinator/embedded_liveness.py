@@ -99,7 +99,10 @@ class EmbeddedLiveness(Liveness):
                 }
             ).encode(),
         )
-        asyncio.get_running_loop().create_task(self.coordinator.server_registered(server, restarted))
+        unclean_start = incarnation if request.unclean_shutdown else None
+        asyncio.get_running_loop().create_task(
+            self.coordinator.server_registered(server, restarted, unclean_start)
+        )
         return internal.RegisterTabletServerResponse(
             coordinator_epoch=self.coordinator.coordinator_epoch,
             session_id=server.session_id,

@@ -15,6 +15,10 @@ from strom.server.coordinator.membership import LiveServer
 
 
 class Liveness(ABC):
+    # server id -> the process id of a server live at start() that reported an unclean start (only
+    # ZooKeeper keeps that in the registration; embedded servers register again and report it then)
+    unclean_at_start: dict[int, int] = {}
+
     @abstractmethod
     async def start(self) -> None:
         """Fill the membership with the servers that are live now (before the coordinator serves)."""

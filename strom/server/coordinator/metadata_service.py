@@ -7,6 +7,7 @@ a refused request changes nothing.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -541,6 +542,4 @@ class MetadataService:
 
 
 def _with_table(a: BucketAssignment, table_id: int, partition_id: int | None) -> BucketAssignment:
-    return BucketAssignment(
-        table_id, partition_id, a.bucket_id, a.replicas, a.leader, a.leader_epoch, a.isr, a.bucket_epoch
-    )
+    return dataclasses.replace(a, table_id=table_id, partition_id=partition_id)

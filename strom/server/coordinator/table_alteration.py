@@ -38,6 +38,8 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         cfg.TABLE_AUTO_PARTITION_NUM_PRECREATE,
         cfg.TABLE_STATISTICS_COLUMNS,
         cfg.TABLE_KV_STANDBY_REPLICA_ENABLED,
+        # Strom-only: an operator accepts the loss for a bucket waiting for an eligible leader
+        cfg.TABLE_UNCLEAN_LEADER_ELECTION_ENABLED,
     )
 )
 

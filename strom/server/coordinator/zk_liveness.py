@@ -43,10 +43,15 @@ class ZooKeeperLiveness(Liveness):
         self._sync_lock = asyncio.Lock()
 
     async def start(self) -> None:
-        for server_id, (host, port, rack, listeners, owner) in (await self._read_all()).items():
+        self.unclean_at_start = {}
+        for server_id, (host, port, rack, listeners, owner, unclean_start) in (
+            await self._read_all()
+        ).items():
             self.membership.register(
                 server_id, host, port, rack, incarnation=owner, session_id=owner, listeners=listeners
             )
+            if unclean_start is not None:
+                self.unclean_at_start[server_id] = unclean_start
         loop = asyncio.get_running_loop()
         changed = on_loop(loop, self._children_changed)
 
@@ -89,8 +94,9 @@ class ZooKeeperLiveness(Liveness):
 
     # ---- watching /tabletservers/ids
 
-    async def _read_all(self) -> dict[int, tuple[str, int, str | None, str | None, int]]:
-        """server id -> (host, port, rack, listeners, owner session) of every registration now."""
+    async def _read_all(self) -> dict[int, tuple[str, int, str | None, str | None, int, int | None]]:
+        """server id -> (host, port, rack, listeners, owner session, unclean start) of every
+        registration now."""
         ids = await call(self.zk.get_children, self.paths.server_ids)
         found = {}
         for child in ids:
@@ -101,12 +107,13 @@ class ZooKeeperLiveness(Liveness):
                 host, port, rack, listeners = layout.parse_tablet_server_registration(
                     data, self.internal_listener
                 )
+                unclean_start = layout.registration_unclean_start(data)
             except NoNodeError:
                 continue
             except (ValueError, KeyError) as e:
                 log.warning("unreadable registration of tablet server %s: %s", child, e)
                 continue
-            found[int(child)] = (host, port, rack, listeners, stat.ephemeralOwner)
+            found[int(child)] = (host, port, rack, listeners, stat.ephemeralOwner, unclean_start)
         return found
 
     def _children_changed(self, children: list[str]) -> None:
@@ -118,7 +125,7 @@ class ZooKeeperLiveness(Liveness):
             if self._stopped:
                 return
             registered = await self._read_all()
-            owners = {owner for (*_, owner) in registered.values()}
+            owners = {owner for (*_, owner, _) in registered.values()}
             self._dead_owners &= owners  # nodes that went away need no remembering
             gone = [
                 server
@@ -128,11 +135,11 @@ class ZooKeeperLiveness(Liveness):
             if gone:
                 log.warning("tablet servers %s left ZooKeeper", sorted(s.server_id for s in gone))
                 await self.coordinator.servers_dead(gone)
-            for server_id, (host, port, rack, listeners, owner) in registered.items():
+            for server_id, (host, port, rack, listeners, owner, unclean_start) in registered.items():
                 known = self.membership.servers.get(server_id)
                 if (known is not None and known.incarnation == owner) or owner in self._dead_owners:
                     continue
                 server, restarted = self.membership.register(
                     server_id, host, port, rack, incarnation=owner, session_id=owner, listeners=listeners
                 )
-                await self.coordinator.server_registered(server, restarted)
+                await self.coordinator.server_registered(server, restarted, unclean_start)

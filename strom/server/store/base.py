@@ -51,6 +51,10 @@ class BucketAssignment:
     leader_epoch: int
     isr: tuple[int, ...]
     bucket_epoch: int = 0
+    # Eligible leader replicas (Kafka's KIP-966): replicas out of the ISR that still hold every
+    # acknowledged record. They joined when the ISR shrank below `log.replica.min-in-sync-replicas-number`
+    # (no acks=all write commits after that) and leave when they restart after an unclean shutdown.
+    elr: tuple[int, ...] = ()
 
     @property
     def key(self) -> tuple[int, int | None, int]:

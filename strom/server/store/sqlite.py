@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS partitions (
 CREATE TABLE IF NOT EXISTS buckets (
     table_id INTEGER NOT NULL, partition_id INTEGER NOT NULL, bucket_id INTEGER NOT NULL,
     replicas TEXT NOT NULL, leader INTEGER, leader_epoch INTEGER NOT NULL, isr TEXT NOT NULL,
-    bucket_epoch INTEGER NOT NULL, PRIMARY KEY (table_id, partition_id, bucket_id));
+    bucket_epoch INTEGER NOT NULL, elr TEXT NOT NULL DEFAULT '[]',
+    PRIMARY KEY (table_id, partition_id, bucket_id));
 CREATE TABLE IF NOT EXISTS documents (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 """
 
@@ -50,6 +51,9 @@ class SqliteMetadataStore(MetadataStore):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(buckets)")}
+        if "elr" not in columns:  # a store written before eligible leader replicas
+            self._db.execute("ALTER TABLE buckets ADD COLUMN elr TEXT NOT NULL DEFAULT '[]'")
         self._lock = threading.RLock()
         self._depth = 0
 
@@ -193,7 +197,7 @@ class SqliteMetadataStore(MetadataStore):
     def put_buckets(self, assignments: list[BucketAssignment]) -> None:
         with self.transaction():
             self._db.executemany(
-                "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         a.table_id,
@@ -204,6 +208,7 @@ class SqliteMetadataStore(MetadataStore):
                         a.leader_epoch,
                         json.dumps(a.isr),
                         a.bucket_epoch,
+                        json.dumps(a.elr),
                     )
                     for a in assignments
                 ],
@@ -224,6 +229,7 @@ class SqliteMetadataStore(MetadataStore):
                 leader_epoch=row[5],
                 isr=tuple(json.loads(row[6])),
                 bucket_epoch=row[7],
+                elr=tuple(json.loads(row[8])),
             )
             for row in rows
         ]

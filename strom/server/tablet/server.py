@@ -39,6 +39,7 @@ from strom.security.listeners import ListenerSettings, endpoint_on
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
+from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
@@ -93,6 +94,7 @@ class TabletServer:
         self.config = Configuration(config)
         check_server_config(self.config)
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
+        self.clean_shutdown = CleanShutdown(data_dir)
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -227,6 +229,8 @@ class TabletServer:
 
     async def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # before anything is written: from here on a crash must look unclean
+        await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
         asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
         await self.rpc.start()
@@ -263,6 +267,8 @@ class TabletServer:
         await self.pool.close()
         self.kv_manager.close()
         self.replica_manager.close()
+        # only now is everything on disk: the next start may trust its replicas
+        self.clean_shutdown.record()
         if self.metrics_server is not None:
             self.metrics_server.close()
 
@@ -654,6 +660,7 @@ class TabletServer:
             incarnation=self.incarnation,
             listeners=node.listeners,
             rack=self.config.get_optional(options.TABLET_SERVER_RACK),
+            unclean_shutdown=self.clean_shutdown.unclean,
         )
 
     def _table_path(self, table_id: int) -> TablePath | None:

@@ -88,6 +88,7 @@ class ZooKeeperRegistration:
             server.config.get_optional(options.TABLET_SERVER_RACK),
             int(time.time() * 1000),
             node.listeners,
+            server.incarnation if server.clean_shutdown.unclean else None,
         )
         internal = server.rpc.listeners.internal
         deadline = time.monotonic() + session_timeout(server.config) + 5

@@ -169,7 +169,12 @@ def parse_coordinator_address(data: bytes, internal: str = LISTENER_NAME) -> tup
 
 
 def tablet_server_registration(
-    host: str, port: int, rack: str | None, register_time_ms: int, advertised: str | None = None
+    host: str,
+    port: int,
+    rack: str | None,
+    register_time_ms: int,
+    advertised: str | None = None,
+    unclean_start: int | None = None,
 ) -> bytes:
     obj: dict[str, Any] = {
         "version": 4,
@@ -178,7 +183,17 @@ def tablet_server_registration(
     }
     if rack is not None:
         obj["rack"] = rack
+    if unclean_start is not None:
+        # Strom-only (Fluss ignores it): this process (by its random id) started after an unclean
+        # shutdown, so its replicas are not eligible to lead until back in the ISR (KIP-966)
+        obj["strom_unclean_start"] = unclean_start
     return dumps(obj)
+
+
+def registration_unclean_start(data: bytes) -> int | None:
+    """The process id a registration carries when that server started after an unclean shutdown."""
+    value = json.loads(data).get("strom_unclean_start")
+    return None if value is None else int(value)
 
 
 def parse_tablet_server_registration(
@@ -308,6 +323,8 @@ def leader_and_isr(a: BucketAssignment, coordinator_epoch: int) -> bytes:
             "coordinator_epoch": coordinator_epoch,
             "bucket_epoch": a.bucket_epoch,
             "standby_replicas": [],
+            # Strom's eligible leader replicas (KIP-966); Fluss has none and ignores the field
+            "eligible_leader_replicas": list(a.elr),
         }
     )
 
@@ -326,6 +343,7 @@ def parse_leader_and_isr(
         int(obj["leader_epoch"]),
         tuple(int(r) for r in obj["isr"]),
         int(obj.get("bucket_epoch", 0)),
+        tuple(int(r) for r in obj.get("eligible_leader_replicas", ())),
     )
 
 
