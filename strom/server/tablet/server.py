@@ -42,6 +42,7 @@ from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
@@ -139,7 +140,8 @@ class TabletServer:
             server_id,
             remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
-            write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            rocksdb=SharedRocksDb(RocksDbSettings.from_config(self.config)),
+            open_concurrency=self.config.get(options.KV_OPEN_CONCURRENCY),
             recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
@@ -255,6 +257,11 @@ class TabletServer:
         self._tasks.append(
             asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
         )
+        idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
+        if idle_flush > 0:
+            self._tasks.append(
+                asyncio.create_task(self.kv_manager.run_idle_flush(idle_flush), name="kv-idle-flush")
+            )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -382,6 +389,8 @@ class TabletServer:
             replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
                 r, candidate
             )
+            # open RocksDB now, in the background, so the first write does not wait for it
+            self.kv_manager.open_soon(replica)
 
     def _on_follower(self, replica: Replica) -> None:
         self.kv_manager.drop(replica.bucket)
