@@ -315,14 +315,21 @@ def tiering(
         metrics = Metrics("tiering")
         service = TieringService(settings, split_runner, TieringMetrics(metrics))
         reporter = start_reporter(metrics, Configuration(config), host)
+        from strom.common.supervision import Policy, supervise
+        from strom.metrics.supervision import register_supervision_metrics
+
+        register_supervision_metrics(metrics)
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(service.run(stop)), asyncio.create_task(metrics.refresh_state())]
+        # run() ends only when stopped, or with what it cannot go on after: then the process exits
+        # non-zero (strom.common.supervision) and whoever runs it starts it again
+        running = supervise(lambda: service.run(stop), name="tiering service", policy=Policy.FATAL)
+        refreshing = supervise(metrics.refresh_state, name="metrics")
 
         class Running:
             async def stop(self) -> None:
                 stop.set()
-                await tasks[0]
-                tasks[1].cancel()
+                await running
+                refreshing.cancel()
                 if reporter is not None:
                     reporter.close()
 

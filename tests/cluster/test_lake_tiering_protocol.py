@@ -4,6 +4,8 @@ stale jobs, lake snapshot commits and GetLakeSnapshot (also through pyfluss)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +77,14 @@ async def commit(
     return (await conn.request(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)).table_resp[0]
 
 
+def lake_snapshot_records(cluster: Cluster, table_id: int) -> int:
+    """How many lake snapshots the coordinator's SQLite store holds for the table."""
+    path = cluster.coordinator.data_dir / "metadata.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        prefix = f"lake-snapshot/{table_id:020d}/"
+        return db.execute("SELECT COUNT(*) FROM documents WHERE key LIKE ?", (prefix + "%",)).fetchone()[0]
+
+
 async def tiering_status(conn: RpcConnection, table_id: int) -> Any:
     described = await conn.request(ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest())
     return next(t for t in described.tiering if t.table_id == table_id)
@@ -128,6 +138,9 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         assert stale.tiering_table_resp[0].error.error_code == FencedTieringEpochError.code
 
         assert (await commit(conn, table_id, 1, 1001, {0: 10, 1: 7})).error_code == 0
+        # a job that lost the answer sends the same commit again: accepted, and recorded once
+        assert (await commit(conn, table_id, 1, 1001, {0: 10, 1: 7})).error_code == 0
+        assert lake_snapshot_records(cluster, table_id) == 1
         finished = await heartbeat(conn, finished=[(table_id, 1)])
         assert not finished.finished_table_resp[0].HasField("error")
 

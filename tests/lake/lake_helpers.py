@@ -12,8 +12,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from strom.bucketing import iceberg_bucket
 from strom.common import types as T
+from strom.common.bucketing import iceberg_bucket
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo

@@ -25,8 +25,8 @@ from pyiceberg.types import (
 )
 from pyiceberg_core import transform as core_transform
 
-from strom.bucketing import iceberg_bucket
 from strom.common import types as T
+from strom.common.bucketing import iceberg_bucket
 from strom.common.types import DataType
 from strom.lake.iceberg.storage import IcebergLakeStorage
 from strom.record.key_encoder import IcebergKeyEncoder

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.lake_enablement import cluster_lake_format
+from strom.common.supervision import TaskSet, supervise
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
@@ -149,7 +150,7 @@ class ActiveCoordinator:
         for key in WAIT_UNTIL_READY:
             self.handlers[key] = self._when_ready(self.handlers[key])
         self.ready = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("active coordinator")
 
     async def start(self) -> None:
         """Take over: learn the live tablet servers, tell them this coordinator's epoch and the current
@@ -166,12 +167,12 @@ class ActiveCoordinator:
                 self._unclean_start_acted_on(server_id, unclean_start)
         await self.controller.broadcast_servers()
         await self.controller.notify_leadership(self.store.list_buckets())
-        self._tasks.append(asyncio.create_task(self._startup_grace(), name="startup-grace"))
-        self._tasks.append(asyncio.create_task(self._become_ready(), name="readiness"))
-        self._tasks.append(asyncio.create_task(self._auto_partition_loop(), name="auto-partition"))
+        supervise(self._startup_grace, name="startup-grace", tasks=self._tasks)
+        supervise(self._become_ready, name="readiness", tasks=self._tasks)
+        supervise(self._auto_partition_loop, name="auto-partition", tasks=self._tasks)
         self.lake.load_tables()
-        self._tasks.append(asyncio.create_task(self._tiering_expiry_loop(), name="tiering-expiry"))
-        self._tasks.append(asyncio.create_task(self._resume_rebalance(), name="rebalance-resume"))
+        supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
+        supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
         log.info(
             "coordinator active (epoch %d) on %s:%d with tablet servers %s",
             self.coordinator_epoch,
@@ -181,9 +182,7 @@ class ActiveCoordinator:
         )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
         await self.rebalance.stop()
         await self.controller.close()
         await self.liveness.stop()

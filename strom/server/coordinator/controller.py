@@ -17,6 +17,7 @@ from strom.common.errors import (
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
 )
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
@@ -161,9 +162,10 @@ class Controller:
         # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
         # usually find it already leading; a leader that does not answer in time does not hold them up.
         leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self._notify(s, by_server[s]) for s in leaders]
+        # spawned: a leader slower than the timeout is still told, and an error of its call still seen
+        first = [spawn(self._notify(s, by_server[s]), name="notify-leader-first") for s in leaders]
         if first:
-            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+            await asyncio.wait(first, timeout=LEADERS_FIRST_TIMEOUT)
             by_server = self._leadership_requests(self._current(keys), only_servers)  # fresh again
         await asyncio.gather(*(self._notify(s, r) for s, r in by_server.items() if s not in leaders))
 

@@ -13,6 +13,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from strom.common.supervision import spawn, supervise
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
 from strom.server.coordinator.liveness import Liveness
@@ -58,7 +59,7 @@ class EmbeddedLiveness(Liveness):
             self.membership.remember(server)
         if self.membership.servers:
             log.info("remembered tablet servers %s from before the restart", self.membership.live_ids())
-        self._expiry = asyncio.create_task(self._expiry_loop(), name="session-expiry")
+        self._expiry = supervise(self._expiry_loop, name="session-expiry")
 
     async def stop(self) -> None:
         if self._expiry is not None:
@@ -100,9 +101,7 @@ class EmbeddedLiveness(Liveness):
             ).encode(),
         )
         unclean_start = incarnation if request.unclean_shutdown else None
-        asyncio.get_running_loop().create_task(
-            self.coordinator.server_registered(server, restarted, unclean_start)
-        )
+        spawn(self.coordinator.server_registered(server, restarted, unclean_start), name="server-registered")
         return internal.RegisterTabletServerResponse(
             coordinator_epoch=self.coordinator.coordinator_epoch,
             session_id=server.session_id,

@@ -24,6 +24,7 @@ from strom.common.errors import (
     error_for_code,
 )
 from strom.common.lake_enablement import table_lake_enabled
+from strom.common.supervision import spawn
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey
@@ -158,6 +159,9 @@ class LakeService:
                         f"lake snapshot {snapshot.snapshot_id} of table {snapshot.table_id} moves bucket "
                         f"{key[1]} (partition {key[0]}) back from offset {offset} to {new[0]}"
                     )
+            if previous.snapshot_id == snapshot.snapshot_id and _ends(previous) == _ends(snapshot):
+                # the same commit again (a tiering job that lost the answer retries): recorded once
+                return
         sequence = len(self.store.list_documents(f"{_PREFIX}{snapshot.table_id:020d}/"))
         self.store.put_document(_key(snapshot.table_id, sequence), snapshot.to_json())
 
@@ -334,7 +338,7 @@ class LakeService:
                 len(snapshot.buckets),
             )
         if committed:
-            asyncio.get_running_loop().create_task(self._notify(committed))
+            spawn(self._notify(committed), name="notify-lake-offsets")
         return response
 
     def _require_table(self, table_id: int) -> None:
@@ -371,3 +375,7 @@ class LakeService:
                 for server, request in by_server.items()
             )
         )
+
+
+def _ends(snapshot: LakeSnapshotRecord) -> dict[tuple[int | None, int], int]:
+    return {key: offset for key, (offset, _) in snapshot.buckets.items()}

@@ -37,6 +37,7 @@ from strom.common.rebalance import (
     ServerTag,
     plan_rebalance,
 )
+from strom.common.supervision import spawn
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.server.store.base import BucketAssignment
@@ -273,7 +274,8 @@ class RebalanceManager:
             return
         self._cancelled = False
         self._running = task
-        self._runner = asyncio.get_running_loop().create_task(self._run(task), name="rebalance")
+        # not restarted here: a failed run leaves its progress stored, and resume() takes it up again
+        self._runner = spawn(self._run(task), name="rebalance")
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -200,7 +200,9 @@ class LogService:
         if table_req.HasField("filter_predicate"):
             table_schema = replica.table_info.schema
             column_of_field = {c.column_id: i for i, c in enumerate(table_schema.columns)}
-            batch_filter = BatchFilter(predicate_from_pb(table_req.filter_predicate), column_of_field)
+            column_types = {c.column_id: c.data_type for c in table_schema.columns}
+            predicate = predicate_from_pb(table_req.filter_predicate, column_types)
+            batch_filter = BatchFilter(predicate, column_of_field)
         evolution = None
         if len(replica.schema_history) > 1:
             schemas = {**replica.schema_history, replica.table_info.schema_id: replica.table_info.schema}

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +23,13 @@ from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTableOrBucketError
 from strom.common.schema import Schema
+from strom.common.supervision import TaskSet, spawn, supervise
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
 from strom.metrics import Metrics, MetricsServer, start_reporter
 from strom.metrics.requests import RequestMetrics
+from strom.metrics.supervision import register_supervision_metrics
 from strom.metrics.tablet import TabletMetrics
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.client import ConnectionPool
@@ -176,7 +179,8 @@ class TabletServer:
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
         self.zookeeper: ZooKeeperRegistration | None = None  # with zookeeper.address, from start()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("tablet server")
+        self._stop_counting_supervision: Callable[[], None] = lambda: None
         self._registered = asyncio.Event()
         self.leader_epochs = LeaderEpochService(self.replica_manager)
         handlers: dict[ApiKey, Handler] = {key: self._forward for key in FORWARDED_TO_COORDINATOR}
@@ -234,39 +238,40 @@ class TabletServer:
         # before anything is written: from here on a crash must look unclean
         await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
-        asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
+        self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
         await self.rpc.start()
+        self._stop_counting_supervision = register_supervision_metrics(self.metrics)
         self.metrics_server = start_reporter(self.metrics, self.config, self.host)
         if self.metrics_server is not None:
-            self._tasks.append(asyncio.create_task(self.metrics.refresh_state(), name="metrics"))
+            supervise(self.metrics.refresh_state, name="metrics", tasks=self._tasks)
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is not None:
             from strom.server.tablet.zk_registration import ZooKeeperRegistration
 
             self.zookeeper = ZooKeeperRegistration(self)
             await self.zookeeper.start()
         else:
-            self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
-        self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
-        self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
+            supervise(self._membership_loop, name="membership", tasks=self._tasks)
+        supervise(self._maintenance_loop, name="log-maintenance", tasks=self._tasks)
+        supervise(self._isr_loop, name="isr-maintenance", tasks=self._tasks)
         if self.acl_sync is not None:
-            self._tasks.append(asyncio.create_task(self.acl_sync.run(), name="acl-sync"))
+            supervise(self.acl_sync.run, name="acl-sync", tasks=self._tasks)
         if self.remote_logs is not None:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
-            self._tasks.append(asyncio.create_task(self.remote_logs.run(interval), name="remote-log"))
+            remote_logs = self.remote_logs
+            supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
         snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
-        self._tasks.append(
-            asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
+        supervise(
+            lambda: self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots", tasks=self._tasks
         )
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
-            self._tasks.append(
-                asyncio.create_task(self.kv_manager.run_idle_flush(idle_flush), name="kv-idle-flush")
+            supervise(
+                lambda: self.kv_manager.run_idle_flush(idle_flush), name="kv-idle-flush", tasks=self._tasks
             )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
+        self._stop_counting_supervision()
         if self.zookeeper is not None:
             await self.zookeeper.stop()
         await self.fetchers.close()
@@ -383,7 +388,9 @@ class TabletServer:
         self.fetchers.unfollow(replica.bucket)
         if self.remote_logs is not None and not replica.table_info.has_primary_key:
             # readers below the local log start are sent to the remote segments, so know them now
-            asyncio.get_running_loop().run_in_executor(None, self.remote_logs.remote_log, replica)
+            self._tasks.spawn(
+                asyncio.to_thread(self.remote_logs.remote_log, replica), name="remote-log-index"
+            )
         if replica.table_info.has_primary_key:
             # the high watermark shows a change only once RocksDB has it, so lookups agree with the log
             replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
@@ -528,7 +535,8 @@ class TabletServer:
         # one schema history, or those holding a discarded one miss the schemas added later.
         learning = self._learning.get(table_id)
         if learning is None:
-            learning = asyncio.ensure_future(self._learn_table(table_id, path))
+            # the callers see its error; spawn only holds it and keeps a failure with no caller left seen
+            learning = spawn(self._learn_table(table_id, path), name="learn-table", quiet=True)
             self._learning[table_id] = learning
             learning.add_done_callback(lambda _: self._learning.pop(table_id, None))
         info = await asyncio.shield(learning)
@@ -763,10 +771,11 @@ class TabletServer:
                 continue
             deleted = deleted or (replica is not None and entry.delete)
             if replica is not None and entry.delete and replica.table_info.has_primary_key:
-                loop = asyncio.get_running_loop()
-                loop.run_in_executor(None, self.kv_manager.delete_snapshots, replica)
+                self._tasks.spawn(
+                    asyncio.to_thread(self.kv_manager.delete_snapshots, replica), name="delete-kv-snapshots"
+                )
         if deleted:  # the files of a dropped table's replicas go off the event loop (many, for a big log)
-            asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
+            self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
         return response
 
 

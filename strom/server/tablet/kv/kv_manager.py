@@ -31,6 +31,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from strom.common.errors import InvalidConfigError, KvStorageError, NotLeaderOrFollowerError
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.kv.recovery import DEFAULT_READ_BYTES, iter_recover
@@ -143,7 +144,7 @@ class KvManager:
         entry = self._tablets.get(bucket)
         if entry is not None and entry.is_current(replica):
             return
-        task = asyncio.get_running_loop().create_task(self._open_in_turn(replica), name=f"kv-open {bucket}")
+        task = spawn(self._open_in_turn(replica), name="kv-open")
         self._scheduled[bucket] = task
         task.add_done_callback(lambda done: self._unschedule(bucket, done))
 
