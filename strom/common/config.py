@@ -1067,6 +1067,20 @@ TABLE_DATALAKE_FRESHNESS: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=3),
     "Target lag of the lake copy behind the table.",
 )
+TABLE_DATALAKE_RETENTION_HOLD_MAX_DURATION: ConfigOption[timedelta | None] = ConfigOption(
+    "table.datalake.retention-hold.max-duration",
+    timedelta,
+    None,
+    "(Strom) Lake-enabled tables keep log segments past table.log.ttl until the lake has their records; this "
+    "bounds that wait (past the TTL), after which they are deleted anyway. Unset: wait for the lake.",
+)
+TABLE_DATALAKE_REMOTE_LOG_DROP_TIERED: ConfigOption[bool] = ConfigOption(
+    "table.datalake.remote-log.drop-tiered",
+    bool,
+    False,
+    "(Strom) Delete remote log segments as soon as the lake holds all their records, before table.log.ttl: "
+    "the lake becomes the only long-term copy.",
+)
 TABLE_DATALAKE_AUTO_COMPACTION: ConfigOption[bool] = ConfigOption(
     "table.datalake.auto-compaction", bool, False, "Whether tiering also compacts the lake table."
 )
@@ -1156,6 +1170,8 @@ TABLE_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED,
         TABLE_DATALAKE_FORMAT,
         TABLE_DATALAKE_FRESHNESS,
+        TABLE_DATALAKE_RETENTION_HOLD_MAX_DURATION,
+        TABLE_DATALAKE_REMOTE_LOG_DROP_TIERED,
         TABLE_DATALAKE_AUTO_COMPACTION,
         TABLE_DATALAKE_AUTO_EXPIRE_SNAPSHOT,
         TABLE_DATALAKE_AUTO_MAINTENANCE,
@@ -1176,6 +1192,8 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED.key,
         TABLE_DATALAKE_FRESHNESS.key,
         TABLE_DATALAKE_AUTO_COMPACTION.key,
+        TABLE_DATALAKE_RETENTION_HOLD_MAX_DURATION.key,
+        TABLE_DATALAKE_REMOTE_LOG_DROP_TIERED.key,
         TABLE_LOG_TTL.key,
         TABLE_TIERED_LOG_LOCAL_SEGMENTS.key,
         TABLE_LOG_LOCAL_TTL.key,

@@ -346,29 +346,28 @@ class LakeService:
             raise TableNotExistError(f"table {table_id} does not exist")
 
     async def _notify(self, snapshots: list[LakeSnapshotRecord]) -> None:
-        """Tell bucket leaders how far the lake reaches (they report it to readers and may use it
-        to bound local log retention)."""
+        """Tell every replica of the buckets how far the lake reaches: leaders report it to readers,
+        and every replica's log retention waits for it (lake_hold.py), followers' included."""
         by_server: dict[int, pb.NotifyLakeTableOffsetRequest] = defaultdict(
             lambda: pb.NotifyLakeTableOffsetRequest(coordinator_epoch=self.controller.coordinator_epoch)
         )
         for snapshot in snapshots:
-            leaders = {
-                (b.partition_id, b.bucket_id): b.leader for b in self.store.list_buckets(snapshot.table_id)
+            hosts = {
+                (b.partition_id, b.bucket_id): {*b.replicas, *([] if b.leader is None else [b.leader])}
+                for b in self.store.list_buckets(snapshot.table_id)
             }
             for (partition_id, bucket), (offset, max_ts) in snapshot.buckets.items():
-                leader = leaders.get((partition_id, bucket))
-                if leader is None:
-                    continue
-                entry = by_server[leader].notify_buckets_req.add(
-                    table_id=snapshot.table_id,
-                    bucket_id=bucket,
-                    snapshot_id=snapshot.snapshot_id,
-                    log_end_offset=offset,
-                )
-                if partition_id is not None:
-                    entry.partition_id = partition_id
-                if max_ts >= 0:
-                    entry.max_timestamp = max_ts
+                for server in sorted(hosts.get((partition_id, bucket), ())):
+                    entry = by_server[server].notify_buckets_req.add(
+                        table_id=snapshot.table_id,
+                        bucket_id=bucket,
+                        snapshot_id=snapshot.snapshot_id,
+                        log_end_offset=offset,
+                    )
+                    if partition_id is not None:
+                        entry.partition_id = partition_id
+                    if max_ts >= 0:
+                        entry.max_timestamp = max_ts
         await asyncio.gather(
             *(
                 self.controller.send(server, ApiKey.NOTIFY_LAKE_TABLE_OFFSET, request)

@@ -64,6 +64,9 @@ class Replica:
     remote: Any = None
     # how far the lake reaches in this bucket's log (NotifyLakeTableOffset), -1 when not tiered
     lake_log_end_offset: int = -1
+    # (segments, bytes) past their TTL kept because the lake lacks them, from the last retention pass
+    held_local: tuple[int, int] = (0, 0)
+    held_remote: tuple[int, int] = (0, 0)
     # futures of long-polling fetches waiting for this bucket's next append
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     # this server's id; leader-side replication state follows

@@ -21,7 +21,12 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTableOrBucketError
+from strom.common.errors import (
+    FlussError,
+    LakeSnapshotNotExistError,
+    LeaderNotAvailableError,
+    UnknownTableOrBucketError,
+)
 from strom.common.schema import Schema
 from strom.common.supervision import TaskSet, spawn, supervise
 from strom.common.table_bucket import TableBucket
@@ -49,6 +54,7 @@ from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
+from strom.server.tablet.log.lake_hold import RetentionOutcome, lake_hold
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
@@ -165,6 +171,7 @@ class TabletServer:
                 remote_root,
                 self._commit_remote_log_manifest,
                 max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+                on_retention=self._on_retention,
             )
             if remote_root
             else None
@@ -374,18 +381,80 @@ class TabletServer:
                     # A PK table's changelog is also what rebuilds its KV state after the last snapshot, so
                     # TTL retention applies to log tables only (Fluss keeps it from the snapshot offset).
                     if "retention" in due and not replica.table_info.has_primary_key:
-                        deleted = tablet.apply_retention(now_ms)
-                        if deleted:
-                            log.info("retention deleted %d segment(s) of %s", deleted, replica.bucket)
+                        # a lake-enabled table's segments also wait for the lake (lake_hold.py)
+                        hold = lake_hold(replica.table_info.properties, replica.lake_log_end_offset)
+                        outcome = tablet.retain(now_ms, hold)
+                        if outcome.deleted:
+                            log.info("retention deleted %d segment(s) of %s", outcome.deleted, replica.bucket)
+                        self._on_retention(replica, "local", outcome)
                     if "writers" in due:
                         tablet.remove_expired_writers(now_ms)
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
 
+    def _on_retention(self, replica: Replica, tier: str, outcome: RetentionOutcome) -> None:
+        """Record what a retention pass held for the lake, and shout when the hold bound deleted
+        records the lake does not have."""
+        if tier == "local":
+            replica.held_local = (outcome.held_segments, outcome.held_bytes)
+        else:
+            replica.held_remote = (outcome.held_segments, outcome.held_bytes)
+        if outcome.forced:
+            log.error(
+                "LAKE RETENTION HOLD EXPIRED: deleted %d %s log segment(s) of %s.%s %s up to offset %d "
+                "that the lake does not have (lake offset %d): table.datalake.retention-hold.max-duration "
+                "passed; those records are lost",
+                outcome.forced,
+                tier,
+                replica.database,
+                replica.table,
+                replica.bucket,
+                outcome.forced_end_offset,
+                replica.lake_log_end_offset,
+            )
+            self.tablet_metrics.retention_hold_expired(replica.database, replica.table, tier, outcome.forced)
+
     # ---- role changes
+
+    def _learn_lake_offset(self, replica: Replica) -> None:
+        """A replica new here (or after a restart) does not know how far the lake reaches until the
+        next tiering commit notifies it; until then its retention holds everything past the TTL. Ask
+        the coordinator for the table's latest lake snapshot so retention resumes at once."""
+        if replica.lake_log_end_offset >= 0 or not replica.table_info.datalake_enabled:
+            return
+
+        async def learn() -> None:
+            path = replica.table_info.table_path
+            request = pb.GetLakeSnapshotRequest(
+                table_path=pb.PbTablePath(database_name=path.database_name, table_name=path.table_name)
+            )
+            try:
+                response = await self._coordinator_request(ApiKey.GET_LAKE_SNAPSHOT, request, timeout=10)
+            except LakeSnapshotNotExistError:
+                return  # nothing tiered yet: everything waits
+            for entry in response.bucket_snapshots:
+                partition = entry.partition_id if entry.HasField("partition_id") else None
+                if (
+                    entry.bucket_id == replica.bucket.bucket
+                    and partition == replica.bucket.partition_id
+                    and entry.HasField("log_offset")
+                ):
+                    replica.lake_log_end_offset = max(replica.lake_log_end_offset, entry.log_offset)
+
+        def done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                # safe side: retention stays held until the next tiering commit notifies this replica
+                log.warning(
+                    "cannot learn the lake offset of %s (retention waits for the next lake commit): %s",
+                    replica.bucket,
+                    task.exception(),
+                )
+
+        asyncio.get_running_loop().create_task(learn()).add_done_callback(done)
 
     def _on_leader(self, replica: Replica) -> None:
         self.fetchers.unfollow(replica.bucket)
+        self._learn_lake_offset(replica)
         if self.remote_logs is not None and not replica.table_info.has_primary_key:
             # readers below the local log start are sent to the remote segments, so know them now
             self._tasks.spawn(
@@ -400,6 +469,8 @@ class TabletServer:
             self.kv_manager.open_soon(replica)
 
     def _on_follower(self, replica: Replica) -> None:
+        replica.held_remote = (0, 0)  # the remote log is the leader's to keep
+        self._learn_lake_offset(replica)
         self.kv_manager.drop(replica.bucket)
         replica.hw_clamp = None
         self.fetchers.follow(replica)
