@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,9 @@ async def heartbeat(
     conn: RpcConnection,
     *,
     request: bool = False,
-    tiering: list[tuple[int, int]] = (),
-    finished: list[tuple[int, int]] = (),
-    failed: list[tuple[int, int]] = (),
+    tiering: Sequence[tuple[int, int]] = (),
+    finished: Sequence[tuple[int, int]] = (),
+    failed: Sequence[tuple[int, int]] = (),
     job: tuple[str, str] | None = None,
 ) -> Any:
     message = pb.LakeTieringHeartbeatRequest(request_table=request)
@@ -126,6 +127,7 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         ok = await heartbeat(conn, tiering=[(table_id, 1)])
         assert not ok.tiering_table_resp[0].HasField("error")
         # a Fluss-shaped heartbeat names no job: the coordinator knows its connection's address
+        assert conn.transport is not None
         host, port = conn.transport.get_extra_info("sockname")[:2]
         address = f"{host}:{port}"
         held = await tiering_status(conn, table_id)

@@ -32,13 +32,14 @@ from strom.common.errors import (
 )
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
-from strom.common.partition import (
-    PARTITION_SEPARATOR,
-    parse_partition_name,
-    validate_partition_spec,
-)
+from strom.common.partition import parse_partition_name, validate_partition_spec
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
-from strom.common.table_path import DEFAULT_DATABASE_NAME, TablePath, validate_database_name
+from strom.common.table_path import (
+    DEFAULT_DATABASE_NAME,
+    PARTITION_SEPARATOR,
+    TablePath,
+    validate_database_name,
+)
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.security.listeners import endpoint_on
