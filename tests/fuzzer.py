@@ -308,7 +308,7 @@ def mutated_frame(rng: random.Random, key: ApiKey, message: Message, request_id:
         _mutate_message(rng, message)
         body = message.SerializePartialToString()
     elif choice < 0.6 and key in (ApiKey.PRODUCE_LOG, ApiKey.PUT_KV):
-        entry = message.buckets_req[0]  # type: ignore[attr-defined]
+        entry = message.buckets_req[0]
         entry.records = _forge_batch(rng, entry.records)
         body = message.SerializePartialToString()
     elif choice < 0.85:
@@ -355,8 +355,9 @@ class FuzzCluster:
         self.cluster = Cluster(base / "cluster", tablet_servers=2, config=FUZZ_CLUSTER_CONFIG)
         self.bootstrap = add_client_listener(self.cluster)
         self.cluster.start()
-        self.coordinator = ("127.0.0.1", self.cluster.coordinator.client_port)  # type: ignore[attr-defined]
-        self.tablets = [("127.0.0.1", s.client_port) for s in self.cluster.tablet_servers.values()]  # type: ignore[attr-defined]
+        client_ports = self.cluster.client_ports
+        self.coordinator = ("127.0.0.1", client_ports[self.cluster.coordinator.port])
+        self.tablets = [("127.0.0.1", client_ports[s.port]) for s in self.cluster.tablet_servers.values()]
         self.processes = [self.cluster.coordinator, *self.cluster.tablet_servers.values()]
         self.memory_before = {p.pid: rss(p.pid) for p in self.processes if p.pid is not None}
 

@@ -77,6 +77,8 @@ class Cluster:
             for i in range(coordinators)
         ]
         self.coordinator = self.coordinators[0]
+        # a server's CLIENT port by its (internal) port, when add_client_listener gave it one
+        self.client_ports: dict[int, int] = {}
         self.tablet_servers = {
             i: ServerProcess(
                 TABLET_SERVER,
@@ -188,7 +190,8 @@ def sasl_login(user: str, password: str) -> dict[str, str]:
 def add_client_listener(cluster: Cluster, client_protocol: str = "PLAINTEXT") -> str:
     """Gives every server of a not-yet-started cluster a CLIENT listener besides its INTERNAL one (the
     port the harness already uses, which servers use among themselves), as Fluss's recommended layout
-    does; returns the clients' bootstrap address. Each server's CLIENT port is `server.client_port`."""
+    does; returns the clients' bootstrap address. A server's CLIENT port is
+    `cluster.client_ports[server.port]`."""
     for server in [cluster.coordinator, *cluster.tablet_servers.values()]:
         client_port = free_port()
         server.config = {
@@ -197,5 +200,5 @@ def add_client_listener(cluster: Cluster, client_protocol: str = "PLAINTEXT") ->
             "internal.listener.name": "INTERNAL",
             "security.protocol.map": f"CLIENT:{client_protocol},INTERNAL:PLAINTEXT",
         }
-        server.client_port = client_port  # type: ignore[attr-defined]
-    return f"127.0.0.1:{cluster.coordinator.client_port}"  # type: ignore[attr-defined]
+        cluster.client_ports[server.port] = client_port
+    return f"127.0.0.1:{cluster.client_ports[cluster.coordinator.port]}"

@@ -47,6 +47,9 @@ class BucketStatus:
     follower_lag: dict[int, int] = field(default_factory=dict)
     # eligible leader replicas (KIP-966): out of the ISR, still holding every acknowledged record
     elr: list[int] = field(default_factory=list)
+    # from the leader: log past table.log.ttl kept because the lake lacks it, (segments, bytes)
+    held_local: tuple[int, int] = (0, 0)
+    held_remote: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +233,12 @@ def build_cluster_status(
         if report is not None and report.leader and leader is not None:
             log_start, log_end, hw = report.log_start_offset, report.log_end_offset, report.high_watermark
             lag = {f.server_id: max(0, log_end - f.log_end_offset) for f in report.followers}
+            held_local = (report.held_local_segments, report.held_local_bytes)
+            held_remote = (report.held_remote_segments, report.held_remote_bytes)
         else:
             log_start = log_end = hw = None
             lag = {}
+            held_local = held_remote = (0, 0)
         if leader is not None:
             leaders[leader] = leaders.get(leader, 0) + 1
         for r in b.replicas:
@@ -252,6 +258,8 @@ def build_cluster_status(
                 kv_snapshot_id=b.kv_snapshot_id if b.HasField("kv_snapshot_id") else None,
                 follower_lag=lag,
                 elr=list(b.elr),
+                held_local=held_local,
+                held_remote=held_remote,
             )
         )
     lakes = {lake.table_id: lake for lake in cluster.lakes}

@@ -29,6 +29,7 @@ from strom.common.errors import (
     RequestTimeoutError,
     TableNotExistError,
 )
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import PhysicalTablePath, TablePath
@@ -311,12 +312,7 @@ def _shared_task(
     work: Coroutine[Any, Any, None], on_done: Callable[[asyncio.Task[None]], object]
 ) -> asyncio.Task[None]:
     """Run `work` as its own task, so that a caller giving up does not cancel it for the others."""
-    task = asyncio.get_running_loop().create_task(work)
-
-    def done(t: asyncio.Task[None]) -> None:
-        on_done(t)
-        if not t.cancelled():
-            t.exception()  # retrieved here: every caller may have given up already
-
-    task.add_done_callback(done)
+    # quiet: its callers see its error, and if every caller gave up, spawn still retrieves it
+    task = spawn(work, name="metadata-update", quiet=True)
+    task.add_done_callback(on_done)
     return task

@@ -68,7 +68,7 @@ def print_status(cluster: ClusterStatus) -> None:
     for column in (
         "table", "partition", "bucket", "leader", "replicas", "isr", "elr", "log start", "log end",
         "high watermark",
-        "kv snapshot", "follower lag",
+        "kv snapshot", "follower lag", "held for lake",
     ):  # fmt: skip
         buckets.add_column(column)
     for t in cluster.tables:
@@ -87,6 +87,7 @@ def print_status(cluster: ClusterStatus) -> None:
                 _offset(b.high_watermark),
                 _offset(b.kv_snapshot_id),
                 " ".join(f"{f}:{lag}" for f, lag in sorted(b.follower_lag.items())),
+                held_for_lake(b.held_local, b.held_remote),
             )
     console.print(buckets)
 
@@ -149,6 +150,16 @@ def print_status(cluster: ClusterStatus) -> None:
 
     if cluster.rebalance is not None:
         console.print(rebalance_summary(cluster.rebalance))
+
+
+def held_for_lake(local: tuple[int, int], remote: tuple[int, int]) -> str:
+    """Segments (and bytes) past their TTL that retention keeps until the lake has them."""
+    parts = [
+        f"[yellow]{tier} {segments} seg {size / 1024:.0f} KiB[/]"
+        for tier, (segments, size) in (("local", local), ("remote", remote))
+        if segments
+    ]
+    return " ".join(parts)
 
 
 def job_label(job: TieringJobStatus) -> str:

@@ -79,10 +79,58 @@ _EPOCH = dt.date(1970, 1, 1)
 _UTC = dt.UTC
 
 
+# the value field each literal type is read from; DATE is a bigint_value as Fluss's
+# PredicateMessageUtils writes it (older Strom clients sent int_value, still accepted)
+_VALUE_FIELD: dict[LiteralType, str] = {
+    LiteralType.BOOLEAN: "boolean_value",
+    LiteralType.TINYINT: "int_value",
+    LiteralType.SMALLINT: "int_value",
+    LiteralType.INT: "int_value",
+    LiteralType.BIGINT: "bigint_value",
+    LiteralType.FLOAT: "float_value",
+    LiteralType.DOUBLE: "double_value",
+    LiteralType.CHAR: "string_value",
+    LiteralType.VARCHAR: "string_value",
+    LiteralType.BINARY: "binary_value",
+    LiteralType.BYTES: "binary_value",
+    LiteralType.DATE: "bigint_value",
+    LiteralType.TIME: "int_value",
+    LiteralType.DECIMAL: "decimal_value",
+    LiteralType.TIMESTAMP: "timestamp_millis_value",
+    LiteralType.TIMESTAMP_LTZ: "timestamp_millis_value",
+}
+
+# literal types interchangeable with each other for one column (as Fluss's validateLiteralType)
+_SAME_FAMILY: dict[LiteralType, LiteralType] = {
+    LiteralType.CHAR: LiteralType.VARCHAR,
+    LiteralType.BYTES: LiteralType.BINARY,
+}
+
+
+def _literal_type(literal: Any) -> LiteralType:
+    for name in ("literal_type", "is_null"):
+        if not literal.HasField(name):
+            raise ValueError(f"a literal without its required field {name}")
+    try:
+        return LiteralType(literal.literal_type)
+    except ValueError:
+        raise ValueError(f"unknown literal type {literal.literal_type}") from None
+
+
 def _literal_from_pb(literal: Any) -> Any:
+    kind = _literal_type(literal)
     if literal.is_null:
         return None
-    kind = LiteralType(literal.literal_type)
+    field = _VALUE_FIELD[kind]
+    present = literal.HasField(field)
+    if kind == LiteralType.DECIMAL:
+        present = present or literal.HasField("decimal_bytes")
+    elif kind == LiteralType.DATE:
+        present = present or literal.HasField("int_value")
+    if not present:
+        # a missing value would read as 0 or "" and the filter would skip batches on a value
+        # nobody asked for
+        raise ValueError(f"a non-null {kind.name} literal without its {field}")
     if kind == LiteralType.BOOLEAN:
         return literal.boolean_value
     if kind in (LiteralType.TINYINT, LiteralType.SMALLINT, LiteralType.INT):
@@ -98,7 +146,8 @@ def _literal_from_pb(literal: Any) -> Any:
     if kind in (LiteralType.BINARY, LiteralType.BYTES):
         return literal.binary_value
     if kind == LiteralType.DATE:
-        return _EPOCH + dt.timedelta(days=literal.int_value)
+        days = literal.bigint_value if literal.HasField("bigint_value") else literal.int_value
+        return _EPOCH + dt.timedelta(days=days)
     if kind == LiteralType.TIME:
         return (dt.datetime.min + dt.timedelta(milliseconds=literal.int_value)).time()
     if kind == LiteralType.DECIMAL:
@@ -106,11 +155,10 @@ def _literal_from_pb(literal: Any) -> Any:
         if literal.HasField("decimal_bytes"):
             return _Unscaled(int.from_bytes(literal.decimal_bytes, "big", signed=True))
         return _Unscaled(literal.decimal_value)
-    if kind in (LiteralType.TIMESTAMP, LiteralType.TIMESTAMP_LTZ):
-        micros = literal.timestamp_millis_value * 1000 + literal.timestamp_nano_of_millis_value // 1000
-        moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
-        return moment.replace(tzinfo=_UTC) if kind == LiteralType.TIMESTAMP_LTZ else moment
-    raise InvalidScanRequestError(f"unsupported literal type {kind.name}")
+    # TIMESTAMP, TIMESTAMP_LTZ
+    micros = literal.timestamp_millis_value * 1000 + literal.timestamp_nano_of_millis_value // 1000
+    moment = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=micros)
+    return moment.replace(tzinfo=_UTC) if kind == LiteralType.TIMESTAMP_LTZ else moment
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,27 +166,78 @@ class _Unscaled:
     value: int
 
 
-def predicate_from_pb(message: Any) -> Predicate:
-    """Decode a `PbPredicate`; malformed input raises InvalidScanRequestError."""
+_NO_LITERAL = frozenset({LeafFunction.IS_NULL, LeafFunction.IS_NOT_NULL})
+_LITERAL_SET = frozenset({LeafFunction.IN, LeafFunction.NOT_IN})
+_STRING_MATCH = frozenset({LeafFunction.STARTS_WITH, LeafFunction.CONTAINS, LeafFunction.ENDS_WITH})
+
+
+def predicate_from_pb(message: Any, column_types: dict[int, Any] | None = None) -> Predicate:
+    """Decode a `PbPredicate`; malformed input raises InvalidScanRequestError.
+
+    With `column_types` (schema column id -> Fluss `DataType`) the predicate is also checked against
+    the schema, as Fluss resolves it against the row type: every column id must exist and each
+    literal's type must be the column's. A filter is only ever used to skip batches, so one that
+    cannot be read exactly is refused, never evaluated as something else (an empty `PbPredicate`
+    once read as `column 0 = <nothing>` and skipped every batch).
+    """
     try:
-        if message.type == 0:
-            leaf = message.leaf
-            return Leaf(
-                LeafFunction(leaf.function),
-                leaf.field_id,
-                tuple(_literal_from_pb(lit) for lit in leaf.literals),
-            )
-        if message.type == 1:
-            compound = message.compound
-            if not compound.children:
-                raise ValueError("a compound predicate needs at least one child")
-            return Compound(
-                CompoundFunction(compound.function),
-                tuple(predicate_from_pb(child) for child in compound.children),
-            )
+        return _decode(message, column_types)
     except ValueError as e:
         raise InvalidScanRequestError(f"invalid filter predicate: {e}") from None
-    raise InvalidScanRequestError(f"invalid filter predicate type {message.type}")
+
+
+def _decode(message: Any, column_types: dict[int, Any] | None) -> Predicate:
+    if not message.HasField("type"):
+        raise ValueError("the predicate type is missing")
+    if message.type == 0:
+        if not message.HasField("leaf"):
+            raise ValueError("a leaf predicate without its leaf")
+        return _decode_leaf(message.leaf, column_types)
+    if message.type == 1:
+        if not message.HasField("compound"):
+            raise ValueError("a compound predicate without its compound")
+        compound = message.compound
+        if not compound.HasField("function"):
+            raise ValueError("a compound predicate without its function")
+        try:
+            function = CompoundFunction(compound.function)
+        except ValueError:
+            raise ValueError(f"unknown compound function {compound.function}") from None
+        if not compound.children:
+            raise ValueError("a compound predicate needs at least one child")
+        return Compound(function, tuple(_decode(child, column_types) for child in compound.children))
+    raise ValueError(f"unknown predicate type {message.type}")
+
+
+def _decode_leaf(leaf: Any, column_types: dict[int, Any] | None) -> Leaf:
+    for name in ("function", "field_id"):
+        if not leaf.HasField(name):
+            raise ValueError(f"a leaf predicate without its required field {name}")
+    try:
+        function = LeafFunction(leaf.function)
+    except ValueError:
+        raise ValueError(f"unknown leaf function {leaf.function}") from None
+    # IN and NOT_IN take any number of literals: `x IN ()` is well formed and matches no row, as
+    # Fluss's In evaluates it
+    count = len(leaf.literals)
+    if function in _NO_LITERAL and count != 0:
+        raise ValueError(f"{function.name} takes no literal, got {count}")
+    if function not in _NO_LITERAL | _LITERAL_SET and count != 1:
+        raise ValueError(f"{function.name} takes exactly one literal, got {count}")
+    if column_types is not None:
+        data_type = column_types.get(leaf.field_id)
+        if data_type is None:
+            raise ValueError(f"unknown column id {leaf.field_id}")
+        column_kind = _LITERAL_TYPE_OF_ROOT.get(str(data_type.root))
+        if column_kind is None:
+            raise ValueError(f"cannot filter on column id {leaf.field_id} of type {data_type}")
+        if function in _STRING_MATCH and column_kind not in (LiteralType.CHAR, LiteralType.VARCHAR):
+            raise ValueError(f"{function.name} on column id {leaf.field_id} of type {data_type}")
+        for literal in leaf.literals:
+            kind = _literal_type(literal)
+            if _SAME_FAMILY.get(kind, kind) != _SAME_FAMILY.get(column_kind, column_kind):
+                raise ValueError(f"a {kind.name} literal for column id {leaf.field_id} of type {data_type}")
+    return Leaf(function, leaf.field_id, tuple(_literal_from_pb(lit) for lit in leaf.literals))
 
 
 def field_ids(predicate: Predicate) -> set[int]:
@@ -269,7 +368,7 @@ def _literal_to_pb(target: Any, value: Any, data_type: Any) -> None:
     elif kind in (LiteralType.BINARY, LiteralType.BYTES):
         target.binary_value = bytes(value)
     elif kind == LiteralType.DATE:
-        target.int_value = conv.date_to_days(value)
+        target.bigint_value = conv.date_to_days(value)  # Fluss's field for DATE
     elif kind == LiteralType.TIME:
         target.int_value = conv.time_to_millis(value)
     elif kind == LiteralType.DECIMAL:

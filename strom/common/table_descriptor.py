@@ -305,11 +305,11 @@ class TableInfo:
 
     @property
     def log_format(self) -> LogFormat:
-        return _get(self.properties, cfg.TABLE_LOG_FORMAT)
+        return self.properties.get(cfg.TABLE_LOG_FORMAT)
 
     @property
     def kv_format(self) -> KvFormat:
-        return _get(self.properties, cfg.TABLE_KV_FORMAT)
+        return self.properties.get(cfg.TABLE_KV_FORMAT)
 
     @property
     def kv_format_version(self) -> int:
@@ -318,11 +318,11 @@ class TableInfo:
 
     @property
     def arrow_compression_type(self) -> ArrowCompressionType:
-        return _get(self.properties, cfg.TABLE_LOG_ARROW_COMPRESSION_TYPE)
+        return self.properties.get(cfg.TABLE_LOG_ARROW_COMPRESSION_TYPE)
 
     @property
     def arrow_compression_zstd_level(self) -> int:
-        return _get(self.properties, cfg.TABLE_LOG_ARROW_COMPRESSION_ZSTD_LEVEL)
+        return self.properties.get(cfg.TABLE_LOG_ARROW_COMPRESSION_ZSTD_LEVEL)
 
     @property
     def merge_engine(self) -> MergeEngineType | None:
@@ -334,19 +334,19 @@ class TableInfo:
 
     @property
     def delete_behavior(self) -> DeleteBehavior:
-        return _get(self.properties, cfg.TABLE_DELETE_BEHAVIOR)
+        return self.properties.get(cfg.TABLE_DELETE_BEHAVIOR)
 
     @property
     def changelog_image(self) -> ChangelogImage:
-        return _get(self.properties, cfg.TABLE_CHANGELOG_IMAGE)
+        return self.properties.get(cfg.TABLE_CHANGELOG_IMAGE)
 
     @property
     def log_ttl(self) -> timedelta:
-        return _get(self.properties, cfg.TABLE_LOG_TTL)
+        return self.properties.get(cfg.TABLE_LOG_TTL)
 
     @property
     def tiered_log_local_segments(self) -> int:
-        return _get(self.properties, cfg.TABLE_TIERED_LOG_LOCAL_SEGMENTS)
+        return self.properties.get(cfg.TABLE_TIERED_LOG_LOCAL_SEGMENTS)
 
     @property
     def is_auto_partitioned(self) -> bool:
@@ -362,7 +362,7 @@ class TableInfo:
 
     @property
     def datalake_freshness(self) -> timedelta:
-        return _get(self.properties, cfg.TABLE_DATALAKE_FRESHNESS)
+        return self.properties.get(cfg.TABLE_DATALAKE_FRESHNESS)
 
     @property
     def statistics_enabled(self) -> bool:
@@ -373,11 +373,6 @@ class TableInfo:
 
     def to_table_json_bytes(self) -> bytes:
         return self.descriptor.to_json_bytes()
-
-
-def _get(conf: Configuration, option: cfg.ConfigOption[Any]) -> Any:
-    """A table option that has a default (never None)."""
-    return conf.get(option)
 
 
 @dataclass(frozen=True)

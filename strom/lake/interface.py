@@ -119,8 +119,9 @@ def _flag(value: str | None) -> bool | None:
 
 
 def maintenance_plan(table_info: TableInfo) -> MaintenancePlan:
-    """The table's maintenance options: ``table.datalake.auto-maintenance`` (seed 003) when set,
-    else Fluss's ``table.datalake.auto-compaction`` / ``table.datalake.auto-expire-snapshot``."""
+    """The table's maintenance options: ``table.datalake.auto-maintenance`` (from Fluss's Iceberg
+    design document) when set, else Fluss's ``table.datalake.auto-compaction`` /
+    ``table.datalake.auto-expire-snapshot``."""
     props = table_info.descriptor.properties
     both = _flag(props.get(TABLE_DATALAKE_AUTO_MAINTENANCE))
     if both is not None:

@@ -22,6 +22,11 @@ class _Replica(Protocol):
     leader: int | None
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    held_local: tuple[int, int]
+    held_remote: tuple[int, int]
+
+
+TIER_LABELS = (*TABLE_LABELS, "tier")
 
 
 class TabletMetrics:
@@ -91,6 +96,39 @@ class TabletMetrics:
             "table", "logSize", "Bytes of local log segments, per table.", TABLE_LABELS, sizes
         )
         m.state_gauge("table", "numSegments", "Local log segments, per table.", TABLE_LABELS, segments)
+
+        def held(index: int) -> Callable[[], Iterable[tuple[Sequence[str], float]]]:
+            # lake-enabled tables: log past its TTL kept because the lake does not have it yet
+            def collect() -> Iterable[tuple[Sequence[str], float]]:
+                totals: dict[tuple[str, str, str], int] = defaultdict(int)
+                for r in replicas():
+                    totals[(r.database, r.table, "local")] += r.held_local[index]
+                    totals[(r.database, r.table, "remote")] += r.held_remote[index]
+                return totals.items()
+
+            return collect
+
+        m.state_gauge(
+            "table",
+            "lakeRetentionHeldSegments",
+            "Log segments past table.log.ttl kept until the lake has them, per table and tier.",
+            TIER_LABELS,
+            held(0),
+        )
+        m.state_gauge(
+            "table",
+            "lakeRetentionHeldBytes",
+            "Bytes of log segments past table.log.ttl kept until the lake has them, per table and tier.",
+            TIER_LABELS,
+            held(1),
+        )
+        self._hold_expired = m.counter(
+            "table",
+            "lakeRetentionHoldExpired",
+            "Log segments deleted before the lake had them, because "
+            "table.datalake.retention-hold.max-duration passed (records lost), per table and tier.",
+            TIER_LABELS,
+        )
         m.state_gauge(
             "",
             "rocksdbMemoryUsageTotal",
@@ -132,6 +170,9 @@ class TabletMetrics:
             path = self._table_path(response.tables_resp[t].table_id)
             if path is not None:
                 self._table(path.database_name, path.table_name)[2].inc(size)
+
+    def retention_hold_expired(self, database: str, table: str, tier: str, segments: int) -> None:
+        self._hold_expired.labels(database, table, tier).inc(segments)
 
     def replicated(self, size: int) -> None:
         self._replication_in.inc(size)

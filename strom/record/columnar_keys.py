@@ -1,7 +1,7 @@
 """Bucket ids for a whole Arrow batch at once: bucket-key bytes and their hashes computed column-wise.
 
 Routing must agree byte for byte with the scalar path (`strom.record.key_encoder` +
-`strom.bucketing`, which match pyfluss), so this module produces exactly the same key bytes, only
+`strom.common.bucketing`, which match pyfluss), so this module produces exactly the same key bytes, only
 with numpy/pyarrow instead of a Python loop per row:
 
 * Key bytes. For the common key types (booleans, integers, floats, strings, binaries, dates,
@@ -108,7 +108,7 @@ def _murmur_blocks(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, se
 
 
 def flink_murmur_hashes(keys: pa.Array, seed: int = _FLINK_SEED) -> np.ndarray:
-    """`strom.bucketing.flink_murmur3_32` of every key, as int32 (trailing bytes mixed one by one)."""
+    """`strom.common.bucketing.flink_murmur3_32` of every key, as int32 (trailing bytes mixed one by one)."""
     data, offsets = _binary_buffers(keys)
     starts, lengths = offsets[:-1], np.diff(offsets)
     h = _murmur_blocks(data, starts, lengths, seed)
@@ -122,7 +122,7 @@ def flink_murmur_hashes(keys: pa.Array, seed: int = _FLINK_SEED) -> np.ndarray:
 
 
 def murmur_hashes(keys: pa.Array, seed: int = 0) -> np.ndarray:
-    """`strom.bucketing.murmur3_32` (standard tail handling) of every key, as uint32."""
+    """`strom.common.bucketing.murmur3_32` (standard tail handling) of every key, as uint32."""
     data, offsets = _binary_buffers(keys)
     starts, lengths = offsets[:-1], np.diff(offsets)
     h = _murmur_blocks(data, starts, lengths, seed)
@@ -138,7 +138,7 @@ def murmur_hashes(keys: pa.Array, seed: int = 0) -> np.ndarray:
 
 
 def fluss_buckets(keys: pa.Array, num_buckets: int) -> np.ndarray:
-    """`strom.bucketing.fluss_bucket` per key: Flink hash, Flink's murmurHash(int) rehash, modulo."""
+    """`strom.common.bucketing.fluss_bucket` per key: Flink hash, Flink's murmurHash(int) rehash, modulo."""
     h = flink_murmur_hashes(keys).view(_U32)
     r = _fmix(_mix_h1(np.zeros_like(h), _mix_k1(h)) ^ _U32(4)).view(np.int32).astype(np.int64)
     r = np.where(r == -(2**31), 0, np.abs(r))

@@ -22,6 +22,7 @@ from strom.common.errors import (
     FlussError,
     UnsupportedVersionError,
 )
+from strom.common.supervision import TaskSet, supervise
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.encoded import EncodedResponse
 from strom.rpc.framing import (
@@ -151,7 +152,7 @@ class RpcServer:
             lambda: _Connection(self), self.host, self._port, reuse_address=True
         )
         log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
-        self._sweeper = loop.create_task(self._sweep(), name=f"{self.name} idle connections")
+        self._sweeper = supervise(self._sweep, name=f"{self.name} idle connections")
 
     async def _sweep(self) -> None:
         """Closes idle connections and connections whose started frame stopped making progress."""
@@ -203,7 +204,8 @@ class _Connection(asyncio.BufferedProtocol):
         # into the server's receive buffer (asyncio.BufferedProtocol): no copy between the socket and
         # a large body.
         self.reading_into_frame = False
-        self.tasks: set[asyncio.Task[None]] = set()
+        # one task per request in flight: held here until answered, an unexpected error of one logged
+        self.tasks = TaskSet(f"{server.name} connection")
         self.session = Session(peer="?", listener=server.listener)
         if server.guard is not None and not server.sasl:
             self.session.principal = server.guard.anonymous()
@@ -224,8 +226,7 @@ class _Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.server._connections.discard(self)
         self.server.budget.forget(self)
-        for task in self.tasks:
-            task.cancel()
+        self.tasks.cancel()
         self._hold(-len(self.buffer))
         self.buffer.clear()
         if self.frame is not None:
@@ -409,12 +410,10 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _dispatch(self, header: RequestHeader, body: bytes | bytearray, size: int) -> None:
         """Handle a request in its own task; its bytes stay held until it is answered."""
-        task = asyncio.get_running_loop().create_task(self._handle(header, body))
-        self.tasks.add(task)
-        task.add_done_callback(lambda t: self._done(t, size))
+        task = self.tasks.spawn(self._handle(header, body), name="rpc-request")
+        task.add_done_callback(lambda t: self._done(size))
 
-    def _done(self, task: asyncio.Task[None], size: int) -> None:
-        self.tasks.discard(task)
+    def _done(self, size: int) -> None:
         self._hold(-size)
         self._update_reading()
 

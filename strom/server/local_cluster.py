@@ -190,6 +190,10 @@ class LocalClusterSettings:
         return config
 
 
+# the longest wait before starting an exited tiering service again
+TIERING_RESTART_MAX_DELAY = 60.0
+
+
 class LocalClusterError(RuntimeError):
     """The cluster did not start; everything that had started is stopped again."""
 
@@ -334,7 +338,13 @@ class LocalCluster:
         return cluster
 
     def watch(self, stopping: Callable[[], bool], report: Callable[[str], None]) -> None:
-        """Until `stopping()`: report each process that exits (once), without restarting it."""
+        """Until `stopping()`: report each process that exits (once). The servers are left down; the
+        tiering service, which exits non-zero when it cannot go on (strom.common.supervision), is
+        started again, after a delay that doubles with each exit so that one that cannot start does
+        not spin."""
+        tiering_exits = 0
+        restart_at: float | None = None
+        tiering_started = time.monotonic()
         while not stopping():
             for server in self.processes:
                 if server.process is not None and server.process.poll() is not None:
@@ -343,6 +353,19 @@ class LocalCluster:
                         f"see {server.log_path}"
                     )
                     server.process = None
+                    if server is self.tiering:
+                        if time.monotonic() - tiering_started > TIERING_RESTART_MAX_DELAY:
+                            tiering_exits = 0  # it ran a good while: not a crash loop
+                        delay = min(TIERING_RESTART_MAX_DELAY, 2.0**tiering_exits)
+                        tiering_exits += 1
+                        restart_at = time.monotonic() + delay
+                        report(f"restarting the tiering service in {delay:.0f}s")
+            if self.tiering is not None and restart_at is not None and time.monotonic() >= restart_at:
+                restart_at = None
+                self.tiering.start()
+                tiering_started = time.monotonic()
+                write_cluster_json(self.data_dir, self.cluster_entry())
+                report(f"tiering service restarted: pid {self.tiering.pid}")
             time.sleep(0.2)
 
     def stop(self) -> None:

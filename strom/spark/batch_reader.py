@@ -28,8 +28,8 @@ from strom.common.table_descriptor import TableInfo
 from strom.spark import bridge, lake_source, planner
 from strom.spark.filters import Condition, PushedFilters, partition_matches, push
 from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode, resolve_lake
+from strom.spark.read_splits import BucketRange, ReadSpec, SplitGroup, bin_pack
 from strom.spark.scan import read_group
-from strom.spark.splits import BucketRange, ReadSpec, SplitGroup, bin_pack
 
 
 def read_spec(

@@ -30,8 +30,8 @@ from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.change_type import ChangeType
 from strom.spark.options import CHANGE_TYPE_COLUMN, ConnectionOptions
+from strom.spark.read_splits import BucketRange, ReadSpec
 from strom.spark.sink import SinkPlan, WriteKind
-from strom.spark.splits import BucketRange, ReadSpec
 
 T = TypeVar("T")
 

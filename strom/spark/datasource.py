@@ -31,7 +31,7 @@ from strom.spark.options import (
     SparkOptionError,
     WriteOptions,
 )
-from strom.spark.splits import BucketRange
+from strom.spark.read_splits import BucketRange
 from strom.spark.types import spark_schema
 from strom.spark.virtual_tables import VirtualBatchReader, VirtualStreamReader, VirtualTable
 

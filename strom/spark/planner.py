@@ -20,7 +20,7 @@ from strom.spark.filters import Condition, partition_matches
 from strom.spark.lake_source import LakeCut
 from strom.spark.offsets import BucketKey, Position, StreamOffsets
 from strom.spark.options import ReadOptions, StartupMode
-from strom.spark.splits import BucketRange
+from strom.spark.read_splits import BucketRange
 
 
 @dataclass(frozen=True)

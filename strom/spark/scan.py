@@ -19,7 +19,7 @@ from strom.record.change_type import ChangeType
 from strom.spark import bridge, lake_source
 from strom.spark.changelog import change_type_labels, fold_by_key
 from strom.spark.options import BUCKET_COLUMN, CHANGE_TYPE_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN
-from strom.spark.splits import BucketRange, ReadSpec, SplitGroup
+from strom.spark.read_splits import BucketRange, ReadSpec, SplitGroup
 from strom.spark.types import arrow_schema_for, conform
 
 _TIMESTAMP_MS = pa.timestamp("ms", tz="UTC")

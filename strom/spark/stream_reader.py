@@ -31,8 +31,8 @@ from strom.spark.batch_reader import read_spec
 from strom.spark.lake_source import LakeCut
 from strom.spark.offsets import BucketKey, Position, StreamOffsets, admit
 from strom.spark.options import ConnectionOptions, ReadOptions, StartupMode, resolve_lake
+from strom.spark.read_splits import BucketRange, SplitGroup, bin_pack
 from strom.spark.scan import read_group
-from strom.spark.splits import BucketRange, SplitGroup, bin_pack
 
 
 class FlussStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -105,11 +105,18 @@ class Table:
             out.append((await self.leader.request(ApiKey.LIST_OFFSETS, request)).buckets_resp[0].offset)
         return out[0], out[1]
 
-    async def fetch(self, offset: int, projection: list[int] | None = None) -> Any:
+    async def fetch(
+        self, offset: int, projection: list[int] | None = None, filter_predicate: Any = None
+    ) -> Any:
+        """One fetch of bucket 0; `filter_predicate` (a `PbPredicate`, possibly malformed) is sent as is."""
         request = pb.FetchLogRequest(follower_server_id=-1, max_bytes=1 << 20, max_wait_ms=0)
         table = request.tables_req.add(
             table_id=self.table_id, projection_pushdown_enabled=projection is not None
         )
         table.projected_fields.extend(projection or [])
+        if filter_predicate is not None:
+            table.filter_predicate.CopyFrom(filter_predicate)
         table.buckets_req.add(bucket_id=0, fetch_offset=offset, max_fetch_bytes=1 << 20)
-        return (await self.leader.request(ApiKey.FETCH_LOG, request)).tables_resp[0].buckets_resp[0]
+        # partial: a malformed predicate may lack required fields, which a real client would not send
+        body = await self.leader.request_raw(ApiKey.FETCH_LOG, request.SerializePartialToString())
+        return pb.FetchLogResponse.FromString(body).tables_resp[0].buckets_resp[0]

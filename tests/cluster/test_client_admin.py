@@ -543,9 +543,11 @@ def test_concurrent_refreshes_share_one_request(shared_cluster: Cluster) -> None
         sent: list[ApiKey] = []
         original = conn.pool.request
 
-        async def counting(host: str, port: int, key: ApiKey, message: Any, **kw: Any) -> Any:
-            sent.append(key)
-            return await original(host, port, key, message, **kw)
+        async def counting(
+            host: str, port: int, api_key: ApiKey, message: Any, *, timeout: float | None = None
+        ) -> Any:
+            sent.append(api_key)
+            return await original(host, port, api_key, message, timeout=timeout)
 
         conn.pool.request = counting  # type: ignore[method-assign]
         tables = await asyncio.gather(*(conn.get_table(path) for _ in range(20)))

@@ -277,7 +277,7 @@ def test_partitioned_tables_route_rows_and_refuse_missing_partitions(shared_clus
         batches = await read_batches(table, subscriptions)
         check_dense(batches)
         got: dict[str, set[int]] = {}
-        name_of = {pid: name for name, pid in partitions.items()}
+        name_of: dict[int | None, str] = {pid: name for name, pid in partitions.items()}
         for batch in batches:
             regions = set(batch.batch.column("region").to_pylist())
             assert regions == {name_of[batch.bucket.partition_id].split("$")[0]}

@@ -317,7 +317,7 @@ def test_routing_matches_key_routing_and_columnar_encoding(shared_cluster: Clust
         for table in (one_by_one, as_arrow):
             scanner = table.new_scan().create_log_scanner()
             scanner.subscribe_buckets({b: EARLIEST_OFFSET for b in range(4)})
-            placed: dict[str, int] = {}
+            placed: dict[Any, int] = {}  # key column value -> bucket
             async with scanner:
                 async for batch in scanner.iter_batches(to_end=True):
                     for row in batch.batch.to_pylist():
@@ -419,10 +419,12 @@ def test_concurrent_lookups_share_batches(shared_cluster: Cluster) -> None:
         requests: list[int] = []
         original = conn.pool.request
 
-        async def counting(host: str, port: int, api: ApiKey, message: Any, **kw: Any) -> Any:
-            if api == ApiKey.LOOKUP:
+        async def counting(
+            host: str, port: int, api_key: ApiKey, message: Any, *, timeout: float | None = None
+        ) -> Any:
+            if api_key == ApiKey.LOOKUP:
                 requests.append(sum(len(b.keys) for b in message.buckets_req))
-            return await original(host, port, api, message, **kw)
+            return await original(host, port, api_key, message, timeout=timeout)
 
         conn.pool.request = counting  # type: ignore[method-assign]
         lookupers = [table.new_lookup().create_lookuper() for _ in range(4)]
@@ -454,13 +456,13 @@ def test_direct_lookups_route_each_key_to_its_bucket(shared_cluster: Cluster) ->
         table = await create_numbered(conn, "direct", n, buckets=5)
         lookuper = table.new_lookup().create_lookuper()
         alone = [await lookuper.lookup({"id": i}) for i in range(0, n, 37)]
-        assert [r["name"] for r in alone] == [f"n{i}" for i in range(0, n, 37)]  # type: ignore[index]
+        assert [r["name"] for r in alone] == [f"n{i}" for i in range(0, n, 37)]
         many = await asyncio.gather(*(lookuper.lookup({"id": i} if i % 2 else (i,)) for i in range(n + 50)))
         assert [r and r["score"] for r in many] == [float(i) for i in range(n)] + [None] * 50
         cancelled = asyncio.ensure_future(lookuper.lookup({"id": 1}))
         others = [asyncio.ensure_future(lookuper.lookup({"id": i})) for i in range(10)]
         cancelled.cancel()
-        assert [r["id"] for r in await asyncio.gather(*others)] == list(range(10))  # type: ignore[index]
+        assert [r["id"] for r in await asyncio.gather(*others)] == list(range(10))
         with pytest.raises(ValueError, match="null"):
             await lookuper.lookup({"id": None})
         await conn.close()
@@ -473,7 +475,9 @@ def test_direct_lookups_route_each_key_to_its_bucket(shared_cluster: Cluster) ->
 # ------------------------------------------------------------------------------ snapshots and scans
 
 
-async def wait_for_snapshots(conn: Connection, path: TablePath, buckets: int, min_offset: int = 1) -> dict:
+async def wait_for_snapshots(
+    conn: Connection, path: TablePath, buckets: int, min_offset: int = 1
+) -> dict[int, tuple[int, int]]:
     """bucket -> (snapshot id, log offset) once every bucket has a snapshot covering `min_offset`."""
     table = await conn.get_table(path)
     reader = SnapshotReader(table)

@@ -301,9 +301,12 @@ def test_restarts_never_answer_table_not_found(cluster_factory: Any) -> None:
     # the whole cluster stops cleanly and starts again; a client asks before the tablet servers are up
     cluster.stop()
     cluster.start_coordinator()
-    starter = threading.Thread(
-        target=lambda: (time.sleep(1.0), [s.start() for s in cluster.tablet_servers.values()])
-    )
+    def start_tablet_servers_later() -> None:
+        time.sleep(1.0)
+        for server in cluster.tablet_servers.values():
+            server.start()
+
+    starter = threading.Thread(target=start_tablet_servers_later)
     starter.start()
     try:
         assert _get_table_id(cluster.bootstrap, "kept") == table_id

@@ -11,7 +11,7 @@ from collections import defaultdict
 from harness import Cluster
 from raw_table import Table
 
-from strom.bucketing import fluss_bucket
+from strom.common.bucketing import fluss_bucket
 from strom.common.schema import Column, Schema
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath

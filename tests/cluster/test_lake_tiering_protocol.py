@@ -4,7 +4,10 @@ stale jobs, lake snapshot commits and GetLakeSnapshot (also through pyfluss)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +39,9 @@ async def heartbeat(
     conn: RpcConnection,
     *,
     request: bool = False,
-    tiering: list[tuple[int, int]] = (),
-    finished: list[tuple[int, int]] = (),
-    failed: list[tuple[int, int]] = (),
+    tiering: Sequence[tuple[int, int]] = (),
+    finished: Sequence[tuple[int, int]] = (),
+    failed: Sequence[tuple[int, int]] = (),
     job: tuple[str, str] | None = None,
 ) -> Any:
     message = pb.LakeTieringHeartbeatRequest(request_table=request)
@@ -72,6 +75,14 @@ async def commit(
     for bucket, offset in offsets.items():
         info.buckets_req.add(bucket_id=bucket, log_end_offset=offset)
     return (await conn.request(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)).table_resp[0]
+
+
+def lake_snapshot_records(cluster: Cluster, table_id: int) -> int:
+    """How many lake snapshots the coordinator's SQLite store holds for the table."""
+    path = cluster.coordinator.data_dir / "metadata.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        prefix = f"lake-snapshot/{table_id:020d}/"
+        return db.execute("SELECT COUNT(*) FROM documents WHERE key LIKE ?", (prefix + "%",)).fetchone()[0]
 
 
 async def tiering_status(conn: RpcConnection, table_id: int) -> Any:
@@ -116,6 +127,7 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         ok = await heartbeat(conn, tiering=[(table_id, 1)])
         assert not ok.tiering_table_resp[0].HasField("error")
         # a Fluss-shaped heartbeat names no job: the coordinator knows its connection's address
+        assert conn.transport is not None
         host, port = conn.transport.get_extra_info("sockname")[:2]
         address = f"{host}:{port}"
         held = await tiering_status(conn, table_id)
@@ -126,6 +138,9 @@ def test_tiering_rounds_epochs_and_fencing(cluster_factory: Any, tmp_path: Path)
         assert stale.tiering_table_resp[0].error.error_code == FencedTieringEpochError.code
 
         assert (await commit(conn, table_id, 1, 1001, {0: 10, 1: 7})).error_code == 0
+        # a job that lost the answer sends the same commit again: accepted, and recorded once
+        assert (await commit(conn, table_id, 1, 1001, {0: 10, 1: 7})).error_code == 0
+        assert lake_snapshot_records(cluster, table_id) == 1
         finished = await heartbeat(conn, finished=[(table_id, 1)])
         assert not finished.finished_table_resp[0].HasField("error")
 

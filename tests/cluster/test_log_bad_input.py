@@ -132,3 +132,47 @@ def test_appends_to_a_primary_key_table_are_refused(shared_cluster: Cluster) -> 
             assert await table.offsets() == (0, 0)
 
     asyncio.run(main())
+
+
+def test_malformed_filters_are_refused_never_hide_rows(shared_cluster: Cluster) -> None:
+    """A filter the server cannot read exactly gets INVALID_SCAN_REQUEST; it never skips batches."""
+
+    def literal(**fields: Any) -> Any:
+        return pb.PbLiteralValue(**fields)
+
+    def leaf(function: int, field_id: int, *literals: Any) -> Any:
+        message = pb.PbPredicate(type=0)
+        message.leaf.function = function
+        message.leaf.field_id = field_id
+        message.leaf.literals.extend(literals)
+        return message
+
+    bigint = literal(literal_type=4, is_null=False, bigint_value=3)
+    bad_filters = {
+        "empty": pb.PbPredicate(),
+        "leaf without its leaf": pb.PbPredicate(type=0),
+        "unknown operator": leaf(77, 0, bigint),
+        "unknown predicate type": pb.PbPredicate(type=5),
+        "unknown column id": leaf(0, 42, bigint),
+        "EQUAL without a literal": leaf(0, 0),
+        "a STRING literal for a BIGINT column": leaf(
+            0, 0, literal(literal_type=8, is_null=False, string_value="3")
+        ),
+        "a non-null literal without its value": leaf(0, 0, literal(literal_type=4, is_null=False)),
+        "a literal without a type": leaf(0, 0, literal(is_null=False, bigint_value=3)),
+        "STARTS_WITH on a BIGINT column": leaf(8, 0, bigint),
+        "an empty OR": pb.PbPredicate(type=1, compound=pb.PbCompoundPredicate(function=1)),
+    }
+
+    async def main() -> None:
+        async with Table(shared_cluster, f"bad_filter_{time.monotonic_ns()}") as table:
+            assert (await table.produce(batch(0, 10))).error_code == 0
+            for name, bad in bad_filters.items():
+                result = await table.fetch(0, filter_predicate=bad)
+                assert (result.error_code, result.records) == (68, b""), name
+                assert "filter predicate" in result.error_message, name
+            # a well-formed filter still works: id = 3 keeps the one batch holding it
+            good = await table.fetch(0, filter_predicate=leaf(0, 0, bigint))
+            assert good.error_code == 0 and good.high_watermark == 10 and len(good.records) > 0
+
+    asyncio.run(main())

@@ -93,12 +93,14 @@ def test_the_metadata_store_contract(open_store: Opener) -> None:
             "shop"
         }
         assert sorted(t.name for t in s.list_tables("shop")) == ["items", "orders"]
-        assert s.get_table("shop", "orders").table_id == ids[0]
-        assert s.get_table_by_id(ids[1]).name == "items"
+        orders, items = s.get_table("shop", "orders"), s.get_table_by_id(ids[1])
+        assert orders is not None and orders.table_id == ids[0]
+        assert items is not None and items.name == "items"
         assert s.get_table("shop", "half") is None
         assert s.get_schema(ids[0], 2) == b'{"schema": 2}'
-        assert s.get_partition(ids[1], "2026").partition_id == 77
-        assert s.get_partition_by_id(77).name == "2026"
+        by_name, by_id = s.get_partition(ids[1], "2026"), s.get_partition_by_id(77)
+        assert by_name is not None and by_name.partition_id == 77
+        assert by_id is not None and by_id.name == "2026"
         buckets = {b.key: b for b in s.list_buckets()}
         assert buckets[(ids[0], None, 0)].isr == (0, 1) and buckets[(ids[0], None, 0)].bucket_epoch == 5
         assert buckets[(ids[1], 77, 1)].leader == 2

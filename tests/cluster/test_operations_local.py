@@ -34,7 +34,7 @@ def scrape(address: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return samples
 
 
-def per_table(samples: dict, name: str, table: str) -> float:
+def per_table(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, table: str) -> float:
     return sum(v for labels, v in samples.get(name, []) if labels.get("table") == table)
 
 

@@ -24,6 +24,9 @@ from strom.common.rebalance import GoalType
 
 LOG_TABLE, PK_TABLE = "events", "accounts"
 BUCKETS = 4
+# Server 2 is frozen while `strom rebalance` plans: its session must outlast the CLI's start on a loaded
+# machine, or the coordinator drops it and the plan has no moves (the harness's 2 s did not always).
+FROZEN_SESSION_TIMEOUT = "20s"
 
 
 def strom(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -42,8 +45,9 @@ def tablet_servers(state: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {s["id"]: s for s in state["servers"] if s["role"] == "tablet-server"}
 
 
-def two_servers_then_a_third(tmp_path: Path) -> Cluster:
-    cluster = Cluster(tmp_path, tablet_servers=3)
+def two_servers_then_a_third(tmp_path: Path, session_timeout: str | None = None) -> Cluster:
+    config = {"tablet-server.session.timeout": session_timeout} if session_timeout else None
+    cluster = Cluster(tmp_path, tablet_servers=3, config=config)
     cluster.start_coordinator()
     for server_id in (0, 1):
         cluster.tablet_servers[server_id].start()
@@ -107,7 +111,7 @@ def test_a_new_server_takes_its_share_while_pyfluss_writes_and_a_drained_one_giv
 
 
 def test_a_rebalance_interrupted_by_a_coordinator_kill_finishes_under_the_next_one(tmp_path: Path) -> None:
-    cluster = two_servers_then_a_third(tmp_path)
+    cluster = two_servers_then_a_third(tmp_path, FROZEN_SESSION_TIMEOUT)
     try:
         asyncio.run(create_table(cluster.bootstrap, LOG_TABLE, buckets=BUCKETS, replication=2))
 
@@ -185,7 +189,7 @@ def test_replacing_a_dead_server_with_remove_server(tmp_path: Path) -> None:
 
 
 def test_a_cancelled_rebalance_stays_cancelled(tmp_path: Path) -> None:
-    cluster = two_servers_then_a_third(tmp_path)
+    cluster = two_servers_then_a_third(tmp_path, FROZEN_SESSION_TIMEOUT)
     try:
         asyncio.run(create_table(cluster.bootstrap, LOG_TABLE, buckets=BUCKETS, replication=2))
         cluster.start_tablet_server(2)

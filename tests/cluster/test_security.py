@@ -5,6 +5,7 @@ refused without the right grant, and the official client as the judge."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import subprocess
 import sys
@@ -154,7 +155,7 @@ def test_missing_or_wrong_credentials_are_refused(secure_cluster: Cluster) -> No
 
     for properties in (None, sasl_login("alice", "wrong"), sasl_login("mallory", "alice-secret")):
         assert error_code(
-            lambda p=properties: run_pyfluss(secure_cluster.bootstrap, list_databases, 20, p)
+            functools.partial(run_pyfluss, secure_cluster.bootstrap, list_databases, 20, properties)
         ) == (AUTHENTICATE)
     assert "fluss" in run_pyfluss(secure_cluster.bootstrap, list_databases, properties=ADMIN)
 

@@ -132,7 +132,7 @@ def test_two_listeners_clients_use_sasl_servers_replicate_on_the_internal_one(tm
     cluster, client_bootstrap = two_listener_cluster(tmp_path)
     cluster.start()
     try:
-        client_ports = {s.client_port for s in cluster.tablet_servers.values()}  # type: ignore[attr-defined]
+        client_ports = {cluster.client_ports[s.port] for s in cluster.tablet_servers.values()}
 
         async def write_and_read(conn: Any) -> tuple[set[int], list[int]]:
             admin = conn.get_admin()
@@ -170,7 +170,9 @@ def test_two_listeners_clients_use_sasl_servers_replicate_on_the_internal_one(tm
             finally:
                 inside.close()
             outside = await RpcConnection.connect(
-                "127.0.0.1", cluster.coordinator.client_port, sasl=SaslPlain("alice", "alice-secret")
+                "127.0.0.1",
+                cluster.client_ports[cluster.coordinator.port],
+                sasl=SaslPlain("alice", "alice-secret"),
             )
             try:
                 with pytest.raises(AuthorizationError, match="internal API"):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import fluss
 import pyarrow as pa
@@ -87,7 +88,7 @@ def test_strom_local_runs_stops_and_restarts(tmp_path: Path) -> None:
         assert all(pid_alive(pid) for pid in pids)
         tablet_ports = {s["port"] for s in cluster["servers"] if s["role"] == "tablet-server"}
 
-        async def create() -> list:
+        async def create() -> list[Any]:
             conn = await fluss.FlussConnection.create(
                 fluss.Config({"bootstrap.servers": cluster["bootstrap"]})
             )

@@ -120,7 +120,7 @@ def test_lying_kv_batches_are_refused(shared_cluster: Cluster) -> None:
 
     async def main() -> None:
         async with Table(shared_cluster, name, schema=PK_SCHEMA, buckets=2) as table:
-            from strom.bucketing import fluss_bucket
+            from strom.common.bucketing import fluss_bucket
 
             def bucket_of(key_id: int) -> int:
                 return fluss_bucket(rows.encode_key([key_id]), 2)

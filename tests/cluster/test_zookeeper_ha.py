@@ -209,6 +209,7 @@ def test_coordinator_killed_during_a_leader_election(cluster_factory: Any) -> No
     port = active_coordinator(cluster).port
     leaders = bucket_leaders("127.0.0.1", port, "election")
     victim = leaders[0][0]
+    assert victim is not None
     # the tablet server dies and, before (or while) its buckets move, so does the active coordinator
     cluster.kill_tablet_server(victim)
     active_coordinator(cluster).kill()

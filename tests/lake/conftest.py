@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import duckdb
 import pytest
-from lake_helpers import duckdb_connection, read_duckdb, read_pyiceberg
+from lake_helpers import ReadBoth, duckdb_connection, read_duckdb, read_pyiceberg
 
 from strom.common.table_descriptor import TableInfo
 from strom.lake.iceberg.storage import IcebergLakeStorage
@@ -38,10 +39,10 @@ def duck(tmp_path_factory: pytest.TempPathFactory) -> Iterator[duckdb.DuckDBPyCo
 @pytest.fixture
 def read_both(
     storage: IcebergLakeStorage, duck: duckdb.DuckDBPyConnection
-) -> Callable[[TableInfo, list[str]], tuple[list[dict], list[dict]]]:
+) -> ReadBoth:
     """Rows of a lake table through pyiceberg and through DuckDB's iceberg_scan."""
 
-    def read(info: TableInfo, columns: list[str]) -> tuple[list[dict], list[dict]]:
+    def read(info: TableInfo, columns: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         table = storage.catalog().load_table(info.table_path)
         return read_pyiceberg(storage, info, columns), read_duckdb(duck, table.metadata_location, columns)
 

@@ -12,15 +12,15 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from strom.bucketing import iceberg_bucket
 from strom.common import types as T
+from strom.common.bucketing import iceberg_bucket
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
 from strom.common.types import DataType
 from strom.lake.iceberg.storage import IcebergLakeStorage
-from strom.lake.interface import BucketKey, WriteResult
+from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, LakeStorage, WriteResult
 from strom.record.change_type import ChangeType
 from strom.record.key_encoder import IcebergKeyEncoder
 
@@ -89,11 +89,25 @@ def before(**row: Any) -> Change:
     return Change(row, ChangeType.UPDATE_BEFORE)
 
 
+def current_summary(table: Any) -> Any:
+    """The summary of a pyiceberg table's current snapshot (which the test expects to exist)."""
+    snapshot = table.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    return snapshot.summary
+
+
+def latest_snapshot(committer: LakeCommitter) -> LakeSnapshotInfo:
+    """The committer's latest snapshot (which the test expects to exist)."""
+    latest = committer.latest_snapshot()
+    assert latest is not None
+    return latest
+
+
 @dataclass
 class Tiering:
     """Plays the tiering service: per-bucket logs with offsets, rounds of writers and one commit."""
 
-    storage: IcebergLakeStorage
+    storage: LakeStorage
     info: TableInfo
     # Fluss partition name -> partition id.
     partition_ids: dict[str, int] = field(default_factory=dict)

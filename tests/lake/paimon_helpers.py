@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 from lake_helpers import Change, Tiering, table_info
 
-from strom.bucketing import paimon_bucket
+from strom.common.bucketing import paimon_bucket
 from strom.common.table_descriptor import TableInfo
 from strom.common.types import DataType
 from strom.lake.paimon.storage import PaimonLakeStorage

@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from lake_helpers import Change, Tiering, bucket_of, table_info
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import EqualTo, Reference
+from pyiceberg.expressions.literals import literal
 from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import (
     BinaryType,
@@ -24,8 +25,8 @@ from pyiceberg.types import (
 )
 from pyiceberg_core import transform as core_transform
 
-from strom.bucketing import iceberg_bucket
 from strom.common import types as T
+from strom.common.bucketing import iceberg_bucket
 from strom.common.types import DataType
 from strom.lake.iceberg.storage import IcebergLakeStorage
 from strom.record.key_encoder import IcebergKeyEncoder
@@ -88,7 +89,9 @@ CASES: list[tuple[DataType, Any, list[Any], Any]] = [
     ("fluss_type", "iceberg_type", "values", "to_iceberg"), CASES, ids=lambda c: str(c)[:20]
 )
 @pytest.mark.parametrize("buckets", [1, 3, 4, 16, 1024])
-def test_fluss_bucket_equals_iceberg_bucket(fluss_type, iceberg_type, values, to_iceberg, buckets) -> None:
+def test_fluss_bucket_equals_iceberg_bucket(
+    fluss_type: DataType, iceberg_type: Any, values: list[Any], to_iceberg: Any, buckets: int
+) -> None:
     encoder = IcebergKeyEncoder([fluss_type])
     transform = BucketTransform(buckets).transform(iceberg_type)
     fluss = [iceberg_bucket(encoder.encode([v]), buckets) for v in values]
@@ -111,7 +114,7 @@ def test_rows_land_in_the_iceberg_bucket_of_their_fluss_bucket(storage: IcebergL
         assert row["__bucket"] == bucket_of(info, row)
     # pyiceberg prunes by its own bucket transform: each key is found in the Fluss bucket's file.
     for key in keys[:30]:
-        tasks = list(table.scan(row_filter=EqualTo("id", key)).plan_files())
+        tasks = list(table.scan(row_filter=EqualTo(term=Reference("id"), value=literal(key))).plan_files())
         assert {t.file.partition[0] for t in tasks} == {bucket_of(info, {"id": key})}
-        found = table.scan(row_filter=EqualTo("id", key)).to_arrow()
+        found = table.scan(row_filter=EqualTo(term=Reference("id"), value=literal(key))).to_arrow()
         assert key in found.column("id").to_pylist()

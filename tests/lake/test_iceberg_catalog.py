@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
+from typing import Any
 
 import pytest
 from lake_helpers import Tiering, insert, table_info
@@ -37,12 +39,12 @@ from strom.lake import lake_storage_from_config, load_lake_storage, maintenance_
 from strom.lake.iceberg.storage import IcebergLakeStorage
 
 
-def _spec(table):  # (source column, transform, name) per partition field
+def _spec(table: Any) -> list[tuple[Any, ...]]:  # (source column, transform, name) per partition field
     schema = table.schema()
     return [(schema.find_column_name(f.source_id), f.transform, f.name) for f in table.spec().fields]
 
 
-def _columns(table):
+def _columns(table: Any) -> list[tuple[Any, ...]]:
     return [(f.name, f.field_type, f.required) for f in table.schema().columns]
 
 
@@ -229,7 +231,9 @@ def test_create_refuses_an_existing_non_empty_table_for_a_new_fluss_table(
         ({"partition_keys": ["a"]}, "only support string type"),
     ],
 )
-def test_unsupported_tables_are_refused(storage: IcebergLakeStorage, kwargs: dict, message: str) -> None:
+def test_unsupported_tables_are_refused(
+    storage: IcebergLakeStorage, kwargs: dict[str, Any], message: str
+) -> None:
     info = table_info("bad", [("a", T.BIGINT()), ("b", T.STRING()), ("d", T.DOUBLE())], **kwargs)
     with pytest.raises(InvalidTableError, match=message):
         storage.catalog().create_table(info)
@@ -258,7 +262,7 @@ def test_drop_table(storage: IcebergLakeStorage) -> None:
     assert not catalog.drop_table(info.table_path)
 
 
-def test_storage_from_cluster_config_and_registry(tmp_path) -> None:
+def test_storage_from_cluster_config_and_registry(tmp_path: Path) -> None:
     config = {
         "datalake.format": "iceberg",
         "datalake.iceberg.warehouse": str(tmp_path / "wh"),

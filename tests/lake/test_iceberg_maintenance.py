@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
@@ -11,12 +12,15 @@ from lake_helpers import (
     USER_COLUMNS,
     USERS,
     Change,
+    ReadBoth,
     Tiering,
     check_both_readers,
+    current_summary,
     delete,
     expected_log_rows,
     expected_pk_rows,
     insert,
+    latest_snapshot,
     normalized,
     table_info,
     upsert,
@@ -32,7 +36,7 @@ def _local(path: str) -> str:
     return urlparse(path).path
 
 
-def _check(read_both, tiering: Tiering, expected: list[dict]) -> None:
+def _check(read_both: ReadBoth, tiering: Tiering, expected: list[dict[str, Any]]) -> None:
     check_both_readers(read_both, tiering.info, expected, COLUMNS)
 
 
@@ -49,27 +53,29 @@ def _pk_history(storage: IcebergLakeStorage, buckets: int = 2) -> Tiering:
     return tiering
 
 
-def test_compaction_keeps_content_and_drops_dead_deletes(storage: IcebergLakeStorage, read_both) -> None:
+def test_compaction_keeps_content_and_drops_dead_deletes(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     tiering = _pk_history(storage)
     expected = expected_pk_rows(tiering)
     committer = storage.committer(tiering.info)
     before = committer.latest_snapshot()
     table = storage.catalog().load_table(tiering.info.table_path)
-    assert int(table.current_snapshot().summary["total-delete-files"]) > 0
+    assert int(current_summary(table)["total-delete-files"]) > 0
     for bucket in range(2):
         assert committer.compact(bucket) is not None
     _check(read_both, tiering, expected)
     table = storage.catalog().load_table(tiering.info.table_path)
     files = [t.file for t in table.scan().plan_files()]
     assert sorted(f.partition[0] for f in files) == [0, 1]  # one file per bucket
-    assert int(table.current_snapshot().summary["total-delete-files"]) == 0
-    assert int(table.current_snapshot().summary["total-records"]) == len(expected)
+    assert int(current_summary(table)["total-delete-files"]) == 0
+    assert int(current_summary(table)["total-records"]) == len(expected)
     for f in files:  # rows stay in offset order
         offsets = pq.read_table(_local(f.file_path), columns=["__offset"]).column(0).to_pylist()
         assert offsets == sorted(offsets)
     # The compaction snapshot keeps the tiering offsets, so a restart resumes where it was.
-    after = committer.latest_snapshot()
-    assert after.snapshot_id != before.snapshot_id
+    after = latest_snapshot(committer)
+    assert before is not None and after.snapshot_id != before.snapshot_id
     assert after.bucket_offsets == before.bucket_offsets
     # Nothing left to do, and tiering carries on on top of the compacted files.
     assert committer.compact(0) is None
@@ -79,7 +85,7 @@ def test_compaction_keeps_content_and_drops_dead_deletes(storage: IcebergLakeSto
     _check(read_both, tiering, expected_pk_rows(tiering))
 
 
-def test_compaction_of_a_partitioned_log_table(storage: IcebergLakeStorage, read_both) -> None:
+def test_compaction_of_a_partitioned_log_table(storage: IcebergLakeStorage, read_both: ReadBoth) -> None:
     info = table_info(
         "logs",
         [("id", T.BIGINT()), ("name", T.STRING()), ("score", T.INT()), ("day", T.STRING())],
@@ -101,7 +107,7 @@ def test_compaction_of_a_partitioned_log_table(storage: IcebergLakeStorage, read
     committer = storage.committer(info)
     assert committer.compact(1, "d1") is not None
     table = storage.catalog().load_table(info.table_path)
-    per_bucket = {}
+    per_bucket: dict[Any, Any] = {}
     for task in table.scan().plan_files():
         per_bucket.setdefault(task.file.partition[1], []).append(task.file)
     assert len(per_bucket[1]) == 1 and len(per_bucket[0]) == 3
@@ -110,7 +116,9 @@ def test_compaction_of_a_partitioned_log_table(storage: IcebergLakeStorage, read
     assert normalized(py_rows, COLUMNS) == want and normalized(duck_rows, COLUMNS) == want
 
 
-def test_expire_snapshots_deletes_unreferenced_files(storage: IcebergLakeStorage, read_both) -> None:
+def test_expire_snapshots_deletes_unreferenced_files(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     tiering = _pk_history(storage)
     committer = storage.committer(tiering.info)
     for bucket in range(2):
@@ -144,7 +152,7 @@ def test_expire_snapshots_deletes_unreferenced_files(storage: IcebergLakeStorage
     }
     assert all(os.path.exists(_local(p)) for p in retained)
     _check(read_both, tiering, expected_pk_rows(tiering))
-    assert committer.latest_snapshot().bucket_offsets == {k: len(v) for k, v in tiering.logs.items()}
+    assert latest_snapshot(committer).bucket_offsets == {k: len(v) for k, v in tiering.logs.items()}
     tiering.append([insert(id=500, name="z", score=5)])
     tiering.round()
     _check(read_both, tiering, expected_pk_rows(tiering))

@@ -8,6 +8,7 @@ import os
 import pickle
 import random
 from decimal import Decimal
+from typing import Any
 from urllib.parse import urlparse
 
 import lake_scenarios as scenario
@@ -19,14 +20,17 @@ from lake_helpers import (
     USER_COLUMNS,
     USERS,
     Change,
+    ReadBoth,
     Tiering,
     before,
     bucket_of,
     check_both_readers,
+    current_summary,
     delete,
     expected_log_rows,
     expected_pk_rows,
     insert,
+    latest_snapshot,
     table_info,
     upsert,
 )
@@ -37,6 +41,7 @@ from strom.lake import LakeCommitConflictError, StaleLakeCommitError
 from strom.lake.iceberg.committer import IcebergLakeCommitter
 from strom.lake.iceberg.storage import IcebergLakeStorage
 from strom.lake.iceberg.writer import IcebergWriteResult
+from strom.lake.interface import BucketKey, WriteResult
 
 
 def _local(path: str) -> str:
@@ -44,14 +49,20 @@ def _local(path: str) -> str:
     return parsed.path if parsed.scheme == "file" else path
 
 
-def _check(read_both, tiering: Tiering, expected: list[dict], columns: list[str]) -> None:
+def iceberg_results(results: list[WriteResult]) -> list[IcebergWriteResult]:
+    """What the Iceberg writers returned, with their data and delete files."""
+    assert all(isinstance(r, IcebergWriteResult) for r in results)
+    return [r for r in results if isinstance(r, IcebergWriteResult)]
+
+
+def _check(read_both: ReadBoth, tiering: Tiering, expected: list[dict[str, Any]], columns: list[str]) -> None:
     check_both_readers(read_both, tiering.info, expected, columns)
 
 
 # ------------------------------------------------------------------------------------ log tables
 
 
-def test_log_table_rounds_read_back_equal(storage: IcebergLakeStorage, read_both) -> None:
+def test_log_table_rounds_read_back_equal(storage: IcebergLakeStorage, read_both: ReadBoth) -> None:
     info = table_info("events", scenario.EVENTS, buckets=2)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -74,7 +85,7 @@ def test_log_table_rounds_read_back_equal(storage: IcebergLakeStorage, read_both
         assert "__bucket=" in task.file.file_path
 
 
-def test_keyed_partitioned_log_table(storage: IcebergLakeStorage, read_both) -> None:
+def test_keyed_partitioned_log_table(storage: IcebergLakeStorage, read_both: ReadBoth) -> None:
     info = table_info("clicks", scenario.CLICKS, bucket_keys=["user"], partition_keys=["dt"], buckets=4)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -104,7 +115,9 @@ def test_writer_refuses_rows_of_another_bucket(storage: IcebergLakeStorage) -> N
 # ------------------------------------------------------------------------------ primary-key tables
 
 
-def test_primary_key_table_upserts_and_deletes_across_rounds(storage: IcebergLakeStorage, read_both) -> None:
+def test_primary_key_table_upserts_and_deletes_across_rounds(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("users", USERS, primary_key=["id"], buckets=3)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -131,13 +144,17 @@ def test_primary_key_table_upserts_and_deletes_across_rounds(storage: IcebergLak
     for rows in (py_rows, duck_rows):
         assert len({r["id"] for r in rows}) == len(rows)
     table = storage.catalog().load_table(info.table_path)
-    summary = table.current_snapshot().summary
+    summary = current_summary(table)
     assert summary.operation.value == "overwrite"
-    manifests = table.current_snapshot().manifests(table.io)
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    manifests = snapshot.manifests(table.io)
     assert {m.content.name for m in manifests} == {"DATA", "DELETES"}
 
 
-def test_later_changes_of_a_key_win_within_one_split(storage: IcebergLakeStorage, read_both) -> None:
+def test_later_changes_of_a_key_win_within_one_split(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("kv", USERS, primary_key=["id"], buckets=1)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -163,10 +180,12 @@ def test_later_changes_of_a_key_win_within_one_split(storage: IcebergLakeStorage
     # Only the surviving versions were written: no deletes were needed for a fresh table.
     table = storage.catalog().load_table(info.table_path)
     assert table.scan().to_arrow().num_rows == 2
-    assert int(table.current_snapshot().summary["total-delete-files"]) == 0
+    assert int(current_summary(table)["total-delete-files"]) == 0
 
 
-def test_partitioned_primary_key_table_with_string_keys(storage: IcebergLakeStorage, read_both) -> None:
+def test_partitioned_primary_key_table_with_string_keys(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info(
         "orders",
         [("order_id", T.STRING()), ("region", T.STRING()), ("total", T.DOUBLE()), ("at", T.TIMESTAMP_LTZ(3))],
@@ -191,7 +210,7 @@ def test_partitioned_primary_key_table_with_string_keys(storage: IcebergLakeStor
     _check(read_both, tiering, expected_pk_rows(tiering), ["order_id", "region", "total", "at"])
 
 
-def test_composite_primary_key_of_many_types(storage: IcebergLakeStorage, read_both) -> None:
+def test_composite_primary_key_of_many_types(storage: IcebergLakeStorage, read_both: ReadBoth) -> None:
     info = table_info(
         "composite",
         [
@@ -209,7 +228,7 @@ def test_composite_primary_key_of_many_types(storage: IcebergLakeStorage, read_b
     tiering = Tiering(storage, info)
     base = dt.datetime(2024, 1, 1)
 
-    def row(i: int, v: str) -> dict:
+    def row(i: int, v: str) -> dict[str, Any]:
         return {
             "d": Decimal(i % 7).scaleb(-2),
             "b": bytes([i % 5]),
@@ -226,7 +245,9 @@ def test_composite_primary_key_of_many_types(storage: IcebergLakeStorage, read_b
     _check(read_both, tiering, expected_pk_rows(tiering), ["d", "b", "ts", "day", "v"])
 
 
-def test_change_types_as_arrow_and_timestamps_as_arrow(storage: IcebergLakeStorage, read_both) -> None:
+def test_change_types_as_arrow_and_timestamps_as_arrow(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("arrowy", USERS, primary_key=["id"], buckets=1)
     storage.catalog().create_table(info)
     with storage.writer(info, 0) as writer:
@@ -294,7 +315,7 @@ def test_snapshot_properties_carry_offsets_and_commit_user(storage: IcebergLakeS
             schema=table.schema().as_arrow(),
         )
     )
-    assert committer.latest_snapshot().snapshot_id == info2.snapshot_id
+    assert latest_snapshot(committer).snapshot_id == info2.snapshot_id
 
 
 def test_recommitting_a_round_returns_its_snapshot(storage: IcebergLakeStorage) -> None:
@@ -311,7 +332,9 @@ def test_recommitting_a_round_returns_its_snapshot(storage: IcebergLakeStorage) 
     assert len(table.snapshots()) == 1 and table.scan().to_arrow().num_rows == 10
 
 
-def test_a_second_commit_of_the_same_offsets_is_refused(storage: IcebergLakeStorage, read_both) -> None:
+def test_a_second_commit_of_the_same_offsets_is_refused(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("t", USERS, buckets=2, bucket_keys=["id"])
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -326,22 +349,24 @@ def test_a_second_commit_of_the_same_offsets_is_refused(storage: IcebergLakeStor
     with pytest.raises(StaleLakeCommitError, match=r"start below|not ahead"):
         committer.commit(duplicate_results, duplicate_ends)
     # Going back on one bucket is refused even when another advances.
-    mixed = {(None, 0): ends[(None, 0)] - 1, (None, 1): ends[(None, 1)] + 1}
+    mixed: dict[BucketKey, int] = {(None, 0): ends[(None, 0)] - 1, (None, 1): ends[(None, 1)] + 1}
     with pytest.raises(StaleLakeCommitError, match="go back"):
         committer.commit([], mixed)
     with pytest.raises(StaleLakeCommitError, match="not ahead"):
         committer.commit([], ends)
     committer.abort(duplicate_results)
-    for result in duplicate_results:
+    for result in iceberg_results(duplicate_results):
         for f in result.files:
             assert not os.path.exists(_local(f.path))
     tiering.tiered.update(ends)
     _check(read_both, tiering, expected_log_rows(tiering), ["id", "name", "score"])
     # The restarted job resumes from the lake's offsets.
-    assert committer.latest_snapshot().bucket_offsets == ends
+    assert latest_snapshot(committer).bucket_offsets == ends
 
 
-def test_a_job_resuming_from_older_offsets_is_refused(storage: IcebergLakeStorage, read_both) -> None:
+def test_a_job_resuming_from_older_offsets_is_refused(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("t", USERS, primary_key=["id"], buckets=1)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -366,11 +391,13 @@ def test_offsets_can_advance_without_files(storage: IcebergLakeStorage) -> None:
     storage.catalog().create_table(info)
     committer = storage.committer(info)
     first = committer.commit([], {(None, 0): 5})  # e.g. only empty batches in the log
-    assert committer.latest_snapshot().bucket_offsets == {(None, 0): 5}
-    assert committer.latest_snapshot().snapshot_id == first
+    assert latest_snapshot(committer).bucket_offsets == {(None, 0): 5}
+    assert latest_snapshot(committer).snapshot_id == first
 
 
-def test_abort_deletes_written_files_but_not_committed_ones(storage: IcebergLakeStorage, read_both) -> None:
+def test_abort_deletes_written_files_but_not_committed_ones(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("t", USERS, primary_key=["id"], buckets=2)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -379,9 +406,9 @@ def test_abort_deletes_written_files_but_not_committed_ones(storage: IcebergLake
     tiering.commit(committed, ends)
     tiering.append([upsert(id=i, name="y", score=0) for i in range(10)])
     results, _ = tiering.write_round()
-    paths = [f.path for r in results for f in r.files]
+    paths = [f.path for r in iceberg_results(results) for f in r.files]
     assert paths and all(os.path.exists(_local(p)) for p in paths)
-    assert any(r.delete_files for r in results)
+    assert any(r.delete_files for r in iceberg_results(results))
     committer = storage.committer(info)
     committer.abort(results)
     assert not any(os.path.exists(_local(p)) for p in paths)
@@ -404,7 +431,9 @@ def test_a_writer_closed_without_completing_leaves_no_files(storage: IcebergLake
     assert not [f for _, _, files in os.walk(os.path.join(location, "data")) for f in files]
 
 
-def test_deletes_against_rewritten_files_are_refused(storage: IcebergLakeStorage, read_both) -> None:
+def test_deletes_against_rewritten_files_are_refused(
+    storage: IcebergLakeStorage, read_both: ReadBoth
+) -> None:
     info = table_info("t", USERS, primary_key=["id"], buckets=1)
     storage.catalog().create_table(info)
     tiering = Tiering(storage, info)
@@ -413,7 +442,7 @@ def test_deletes_against_rewritten_files_are_refused(storage: IcebergLakeStorage
         tiering.round()
     tiering.append([upsert(id=1, name="changed", score=1)])
     results, ends = tiering.write_round()
-    assert results[0].delete_files
+    assert iceberg_results(results)[0].delete_files
     # Compaction runs in between (which the service must not do): the deletes now point nowhere.
     committer = storage.committer(info)
     assert committer.compact(0) is not None
@@ -441,7 +470,7 @@ def test_results_are_checked_against_the_table(storage: IcebergLakeStorage) -> N
     assert committer.latest_snapshot() is None
 
 
-def test_wide_types_round_trip(storage: IcebergLakeStorage, read_both) -> None:
+def test_wide_types_round_trip(storage: IcebergLakeStorage, read_both: ReadBoth) -> None:
     columns = [
         ("id", T.INT()),
         ("tiny", T.TINYINT()),
@@ -479,7 +508,7 @@ def test_wide_types_round_trip(storage: IcebergLakeStorage, read_both) -> None:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_rounds_killed_anywhere_neither_lose_nor_repeat_records(
-    storage: IcebergLakeStorage, read_both, seed: int
+    storage: IcebergLakeStorage, read_both: ReadBoth, seed: int
 ) -> None:
     """Each restarted job resumes from the lake's latest offsets, whatever point the last one died at."""
     rng = random.Random(seed)

@@ -7,8 +7,9 @@ from lake_helpers import table_info
 
 from strom.common import types as T
 from strom.common.table_bucket import TableBucket
+from strom.common.table_descriptor import TableInfo
 from strom.lake import BucketOffset, LakeStorage, load_lake_storage, register_lake_storage, registered_formats
-from strom.lake.interface import split_bucket
+from strom.lake.interface import LakeCatalog, LakeCommitter, LakeWriter, split_bucket
 from strom.lake.offsets import decode_bucket_offsets, encode_bucket_offsets, is_tiering_snapshot
 
 
@@ -43,13 +44,15 @@ def test_registering_a_format() -> None:
     class FakeStorage(LakeStorage):
         format = "fake"
 
-        def catalog(self):  # type: ignore[override]
+        def catalog(self) -> LakeCatalog:
             raise NotImplementedError
 
-        def writer(self, table_info, bucket, partition=None):  # type: ignore[override]
+        def writer(
+            self, table_info: TableInfo, bucket: TableBucket | int, partition: str | None = None
+        ) -> LakeWriter:
             raise NotImplementedError
 
-        def committer(self, table_info):  # type: ignore[override]
+        def committer(self, table_info: TableInfo) -> LakeCommitter:
             raise NotImplementedError
 
     register_lake_storage("Fake", FakeStorage)

@@ -46,14 +46,15 @@ async def create(conn: Connection, name: str, pk: bool, properties: dict[str, st
 async def write(conn: Connection, name: str, rows: list[dict[str, Any]]) -> None:
     table = await conn.get_table(f"fluss.{name}")
     if table.has_primary_key:
-        writer = table.new_upsert().create_writer()
+        upserts = table.new_upsert().create_writer()
         for row in rows:
-            writer.upsert(row)
+            upserts.upsert(row)
+        await upserts.flush()
     else:
-        writer = table.new_append().create_writer()
+        appends = table.new_append().create_writer()
         for row in rows:
-            writer.append(row)
-    await writer.flush()
+            appends.append(row)
+        await appends.flush()
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:

@@ -8,6 +8,7 @@ import pathlib
 import pickle
 import random
 from decimal import Decimal
+from typing import Any
 
 import lake_scenarios as scenario
 import numpy as np
@@ -55,7 +56,7 @@ def warehouse(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def _check(
-    storage: PaimonLakeStorage, tiering: PaimonTiering, expected: list[dict], columns: list[str]
+    storage: PaimonLakeStorage, tiering: PaimonTiering, expected: list[dict[str, Any]], columns: list[str]
 ) -> None:
     assert normalized(read_paimon(storage, tiering.info, columns), columns) == normalized(expected, columns)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -237,6 +238,21 @@ def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.
         assert catalog.load_table("fluss.accounts").current_snapshot() is not None
         log = (data_dir / "logs" / "tiering-0.log").read_text()
         assert "tiered fluss.events" in log
+
+        # a tiering service that dies is started again by strom local (that a restarted service
+        # catches up is shown in test_tiering_coordinator_faults.py, without a second Spark start here)
+        (tiering,) = [s for s in cluster_json["servers"] if s["role"] == "tiering"]
+        os.kill(tiering["pid"], signal.SIGKILL)
+        cluster_file = data_dir / "cluster.json"
+        deadline = time.monotonic() + 30
+        while tiering["pid"] in {s["pid"] for s in json.loads(cluster_file.read_text())["servers"]}:
+            assert time.monotonic() < deadline, "strom local did not restart the tiering service"
+            time.sleep(0.2)
+        for line in process.stdout:  # printed right after cluster.json names the new process
+            output.append(line)
+            if "tiering service restarted" in line:
+                break
+        assert "restarting the tiering service in 1s" in "".join(output)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)

@@ -21,8 +21,8 @@ from strom.spark.changelog import change_type_labels, change_types_from_labels, 
 from strom.spark.filters import Condition, Op, partition_matches, push
 from strom.spark.offsets import BucketKey, OffsetsError, Position, StreamOffsets, admit
 from strom.spark.options import ConnectionOptions, ReadOptions, SparkOptionError, StartupMode, WriteOptions
+from strom.spark.read_splits import BucketRange, bin_pack
 from strom.spark.sink import SchemaMismatchError, SinkPlan, WriteKind
-from strom.spark.splits import BucketRange, bin_pack
 from strom.spark.types import arrow_schema_for, conform, spark_schema
 
 

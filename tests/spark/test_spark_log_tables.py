@@ -102,7 +102,7 @@ def test_batch_read_is_bounded_by_planning_offsets_and_time(spark: Any, shared_c
 def test_partitioned_table_with_partition_pruning(spark: Any, shared_cluster: Cluster) -> None:
     from strom.spark.batch_reader import FlussPushdownReader
     from strom.spark.datasource import FlussDataSource
-    from strom.spark.splits import SplitGroup
+    from strom.spark.read_splits import SplitGroup
 
     name = unique("spark_parted")
     schema = pa.schema([("id", pa.int64()), ("region", pa.string()), ("v", pa.int32())])

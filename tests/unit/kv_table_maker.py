@@ -17,6 +17,7 @@ from strom.record.kv_batch import build_kv_batch
 from strom.record.log_batch import iter_batches
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.kv.recovery import table_key_encoder
+from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
 
@@ -41,11 +42,17 @@ def make_info(
 
 
 class KvTable:
-    def __init__(self, directory: Path, info: TableInfo, log: LogTablet | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        info: TableInfo,
+        log: LogTablet | None = None,
+        rocksdb: SharedRocksDb | None = None,
+    ) -> None:
         self.directory = directory
         self.info = info
         self.log = log or LogTablet.open(directory / "log", LOG_CONFIG)
-        self.kv = KvTablet.open(directory / "kv" / "db", info, self.log)
+        self.kv = KvTablet.open(directory / "kv" / "db", info, self.log, rocksdb=rocksdb)
         row_type = info.schema.row_type
         self.encode_row = CompactedRowEncoder(row_type).encode
         self.decoder = CompactedRowDecoder(row_type)

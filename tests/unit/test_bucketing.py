@@ -8,7 +8,7 @@ import struct
 import pyarrow as pa
 import pytest
 
-from strom.bucketing import (
+from strom.common.bucketing import (
     bucket_function_for,
     flink_murmur3_32,
     fluss_bucket,

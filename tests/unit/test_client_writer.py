@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from strom.bucketing import bucket_function_for
 from strom.client.scanner.filter import col
 from strom.client.writer.idempotence import IdempotenceManager
 from strom.client.writer.partitioner import Partitioner, partition_value
 from strom.client.writer.write_batch import BatchFormat, WriteBatch
 from strom.common import types as T
+from strom.common.bucketing import bucket_function_for
 from strom.common.errors import NetworkError, OutOfOrderSequenceError
 from strom.common.predicate import BatchFilter, predicate_from_pb, predicate_to_pb
 from strom.common.schema import Schema

@@ -20,6 +20,7 @@ from strom.record.log_batch import CRC_OFFSET
 from strom.server.tablet.log import background_flush
 from strom.server.tablet.log.background_flush import submit_delete
 from strom.server.tablet.log.checkpoint import read_offset_checkpoint
+from strom.server.tablet.log.lake_hold import LakeHold
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, LogTablet
 from strom.server.tablet.log.segment import segment_file_name
@@ -504,3 +505,33 @@ def test_closed_tablet_refuses_calls(tmp_path: Path) -> None:
     log.close()
     with pytest.raises(LogStorageError):
         log.append_as_leader(make_batch())
+
+
+def test_retention_of_a_lake_enabled_log_waits_for_the_lake(tmp_path: Path) -> None:
+    """Past the TTL, a segment goes only once the lake offset covers all its records; the hold bound
+    lets the rest go anyway, and says so."""
+    clock = Clock(0)
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, segment_ms=None, retention_ms=1000), clock)
+    for _ in range(60):
+        log.append_as_leader(make_batch(b"r" * 400))
+        clock.now += 10
+    log.update_high_watermark(log.log_end_offset)
+    segments = log.segment_count
+    bases = [s.base_offset for s in log.closed_segments()]
+
+    held = log.retain(10**6, LakeHold(lake_end_offset=-1, max_hold_ms=None))  # nothing tiered yet
+    assert held.deleted == 0 and log.log_start_offset == 0 and log.segment_count == segments
+    assert held.held_segments == segments and held.held_bytes == log.size_in_bytes
+
+    # the lake reaches into the third segment: only the two below it go
+    partial = log.retain(10**6, LakeHold(lake_end_offset=bases[2] + 1, max_hold_ms=None))
+    assert (partial.deleted, partial.forced) == (2, 0) and log.log_start_offset == bases[2]
+    assert partial.held_segments == segments - 2
+
+    # within the bound nothing more goes; past it the rest is deleted and reported as forced
+    bound = LakeHold(lake_end_offset=bases[2] + 1, max_hold_ms=10**6)
+    assert log.retain(10**6, bound).deleted == 0
+    forced = log.retain(3 * 10**6, bound)
+    assert forced.forced == forced.deleted == segments - 2 and forced.forced_end_offset == 60
+    assert log.log_start_offset == log.log_end_offset == 60 and forced.held_segments == 0
+    log.close()

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from strom.bucketing import iceberg_bucket, murmur3_32
+from strom.common.bucketing import iceberg_bucket, murmur3_32
 from strom.common.errors import CorruptRecordError
 from strom.common.types import (
     ARRAY,

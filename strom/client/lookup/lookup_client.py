@@ -47,6 +47,7 @@ from strom.common.errors import (
     UnknownTableOrBucketError,
     error_for_code,
 )
+from strom.common.supervision import TaskSet
 from strom.common.table_bucket import TableBucket
 from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey
@@ -139,7 +140,7 @@ class LookupClient:
         self._timer: asyncio.TimerHandle | None = None
         # Keys waiting for the leader of their bucket to be known, per table.
         self._unrouted: dict[TablePath, list[_Keys]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("lookup client")
         # Places taken in the bounded queue, and callers waiting for places (FIFO).
         self.queued = 0
         self._room_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
@@ -386,15 +387,7 @@ class LookupClient:
             self._timer = self.loop.call_at(next_due, self._schedule_dispatch)
 
     def _spawn(self, work: Any) -> None:
-        task = self.loop.create_task(work)
-        self._tasks.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
-            if not t.cancelled() and t.exception() is not None:
-                log.error("lookup task failed", exc_info=t.exception())
-
-        task.add_done_callback(done)
+        self._tasks.spawn(work, name="lookup-send")
 
     # ------------------------------------------------------------------ sending
 

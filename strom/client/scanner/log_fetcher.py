@@ -38,6 +38,7 @@ from strom.common.errors import (
     NetworkError,
     error_for_code,
 )
+from strom.common.supervision import TaskSet, spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_path import TablePath
 from strom.record.arrow_batch import decode_arrow_batch
@@ -119,7 +120,7 @@ class LogFetcher:
         self._node_backoff: dict[int, float] = {}
         self._node_failures: dict[int, int] = {}
         self._in_flight: set[TableBucket] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet("log fetcher")
         self._refresh: asyncio.Task[None] | None = None
         self._next_refresh = 0.0
         self._decode_schema = plan.decode_schema
@@ -162,9 +163,7 @@ class LogFetcher:
             self._pending_nodes.add(node_id)
             offsets = {p.bucket: p.offset for p in positions}
             self._in_flight.update(offsets)
-            task = asyncio.get_running_loop().create_task(self._fetch(node_id, request, offsets))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self._fetch(node_id, request, offsets), name="log-fetch")
 
     def _request(self, positions: list[BucketPosition]) -> pb.FetchLogRequest:
         request = pb.FetchLogRequest(
@@ -348,7 +347,7 @@ class LogFetcher:
     def refresh_metadata(self) -> None:
         if self._refresh is not None or self._closed:
             return
-        self._refresh = asyncio.get_running_loop().create_task(self._refresh_metadata())
+        self._refresh = spawn(self._refresh_metadata(), name="scanner-metadata-refresh")
 
     async def _refresh_metadata(self) -> None:
         loop = asyncio.get_running_loop()

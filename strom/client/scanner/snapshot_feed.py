@@ -24,6 +24,7 @@ from strom.client.scanner.log_fetcher import EARLIEST_OFFSET
 from strom.client.scanner.scan_records import ScanBatch
 from strom.client.scanner.snapshot_reader import BucketSnapshot, SnapshotReader, snapshot_scan_batch
 from strom.common.errors import KvSnapshotNotExistError
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 
 __all__ = ["SnapshotFeed"]
@@ -67,7 +68,8 @@ class SnapshotFeed:
     def _start_opening(self) -> None:
         if self._opening is None and self._current is None and self._pending:
             bucket, snapshot_id, log_offset = self._pending.popleft()
-            task = asyncio.get_running_loop().create_task(self._open(bucket, snapshot_id, log_offset))
+            # quiet: the poller gets its error from task.result()
+            task = spawn(self._open(bucket, snapshot_id, log_offset), name="kv-snapshot-open", quiet=True)
             self._opening = (bucket, task)
 
     async def _open(self, bucket: TableBucket, snapshot_id: int, log_offset: int) -> BucketSnapshot | None:

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from strom.bucketing import bucket_function_for
 from strom.client.writer.bucket_assigner import HashBucketAssigner
 from strom.client.writer.partitioner import Partitioner
+from strom.common.bucketing import bucket_function_for
 from strom.common.table_descriptor import TableInfo
 from strom.record.columnar_keys import fluss_buckets, iceberg_buckets, paimon_buckets
 from strom.record.key_encoder import CompactedKeyEncoder, RowKeyEncoder, primary_key_encoder

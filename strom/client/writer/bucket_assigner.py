@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from strom.bucketing import bucket_function_for
 from strom.client.cluster import Cluster
+from strom.common.bucketing import bucket_function_for
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import PhysicalTablePath
 from strom.record.columnar_keys import ColumnarBucketer

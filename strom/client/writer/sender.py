@@ -55,6 +55,7 @@ from strom.common.errors import (
     error_for_code,
 )
 from strom.common.partition import parse_partition_name
+from strom.common.supervision import TaskSet, supervise
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.record.log_batch import NO_BATCH_SEQUENCE, NO_WRITER_ID
 from strom.rpc.api import ApiKey
@@ -99,8 +100,8 @@ class Sender:
         self.retries = config.writer_retries
         self.max_request_size = config.writer_request_max_size
         self.request_timeout = config.request_timeout.total_seconds()
-        self._sends: set[asyncio.Task[None]] = set()
-        self._side_tasks: set[asyncio.Task[None]] = set()
+        self._sends = TaskSet("writer sends")
+        self._side_tasks = TaskSet("writer")
         self._init_task: asyncio.Task[None] | None = None
         self._refresh_task: asyncio.Task[None] | None = None
         self._stale: set[PhysicalTablePath] = set()
@@ -114,7 +115,7 @@ class Sender:
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="strom-writer-sender")
+            self._task = supervise(self._run, name="strom-writer-sender")
 
     async def stop(self) -> None:
         """Stop after every queued and in-flight batch finished (callers flush first)."""
@@ -182,10 +183,7 @@ class Sender:
             for table_id, table_batches in by_table.items():
                 built = await self._build(table_batches)
                 if built:
-                    task = asyncio.get_running_loop().create_task(
-                        self._send_guarded(node_id, table_id, built)
-                    )
-                    self._sends.add(task)
+                    task = self._sends.spawn(self._send_guarded(node_id, table_id, built), name="writer-send")
                     task.add_done_callback(self._send_done)
         if drained:
             # A drain takes one batch per bucket: the next ones of a bucket may go out at once too,
@@ -194,22 +192,11 @@ class Sender:
         return delay
 
     def _send_done(self, task: asyncio.Task[None]) -> None:
-        self._sends.discard(task)
-        self.accumulator.wakeup.set()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("writer send task failed", exc_info=task.exception())
+        self.accumulator.wakeup.set()  # the TaskSet logs a failure
 
     def _spawn_side(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(work)
-        self._side_tasks.add(task)
-
-        def done(t: asyncio.Task[None]) -> None:
-            self._side_tasks.discard(t)
-            self.accumulator.wakeup.set()
-            if not t.cancelled() and t.exception() is not None:
-                log.error("writer background task failed", exc_info=t.exception())
-
-        task.add_done_callback(done)
+        task = self._side_tasks.spawn(work, name="writer-side-task")
+        task.add_done_callback(self._send_done)
         return task
 
     # ------------------------------------------------------------------ writer id

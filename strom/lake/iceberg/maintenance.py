@@ -1,4 +1,5 @@
-"""Lake maintenance for tiered Iceberg tables (``table.datalake.auto-maintenance``, seed 003).
+"""Lake maintenance for tiered Iceberg tables (``table.datalake.auto-maintenance``, an
+option of Fluss's Iceberg design document).
 
 * `compact_bucket` rewrites the small data files of one bucket's partition into one file, with the
   position deletes applied and rows kept in ``__offset`` order, and drops the position-delete files

@@ -1,6 +1,6 @@
 """How a Fluss table looks in Iceberg: schema, partition spec, sort order and properties.
 
-Follows Fluss's Iceberg integration (seed 003 and Fluss's Iceberg docs):
+Follows Fluss's Iceberg integration (its Iceberg design document and its Iceberg docs):
 
 * Columns keep their names and order; types map as Fluss's FlussDataTypeToIcebergDataType does
   (TINYINT/SMALLINT widen to int, CHAR to string, BINARY/BYTES to binary, TIMESTAMP_LTZ to
@@ -81,7 +81,8 @@ _MERGE_ON_READ = {
 _PARTITION_FIELD_ID_START = 1000
 
 _R = DataTypeRoot
-# Types Iceberg's bucket transform accepts (seed 003); others cannot be a Fluss bucket key here.
+# Types Iceberg's bucket transform accepts (per Fluss's Iceberg design document); others cannot be
+# a Fluss bucket key here.
 _BUCKETABLE = frozenset(
     {
         _R.TINYINT,

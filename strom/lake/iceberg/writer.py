@@ -32,8 +32,8 @@ from strom.common.table_descriptor import TableInfo
 from strom.lake.iceberg.files import DataFileWriter, IcebergFile, delete_quietly, write_position_deletes
 from strom.lake.iceberg.live_files import FILE_COLUMN, POS_COLUMN, load_partition_files
 from strom.lake.interface import ChangeTypes, RowValues, WriteResult
-from strom.lake.split_writer import SplitWriter
 from strom.lake.system_columns import BUCKET_COLUMN, SYSTEM_COLUMN_NAMES, system_columns, user_columns
+from strom.lake.writer_base import SplitWriter
 from strom.record.change_type import ChangeType
 
 __all__ = ["IcebergLakeWriter", "IcebergWriteResult"]

@@ -38,8 +38,8 @@ from strom.lake.interface import ChangeTypes, RowValues, WriteResult
 from strom.lake.offsets import FLUSS_LAKE_TIERING_COMMIT_USER
 from strom.lake.paimon.retracts import record_retract_counts
 from strom.lake.paimon.schema import ROW_KIND_COLUMN
-from strom.lake.split_writer import SplitWriter
 from strom.lake.system_columns import SYSTEM_COLUMN_NAMES, system_columns, user_columns
+from strom.lake.writer_base import SplitWriter
 from strom.record.change_type import ChangeType
 
 __all__ = ["PaimonLakeWriter", "PaimonWriteResult", "discard_messages", "message_file_names"]

@@ -259,7 +259,7 @@ class DescribeReplicasResponse(_message.Message):
     def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[StatusReplica, _Mapping]]] = ...) -> None: ...
 
 class StatusReplica(_message.Message):
-    __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers")
+    __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers", "lake_log_end_offset", "held_local_segments", "held_local_bytes", "held_remote_segments", "held_remote_bytes")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +268,11 @@ class StatusReplica(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     FOLLOWERS_FIELD_NUMBER: _ClassVar[int]
+    LAKE_LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HELD_LOCAL_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    HELD_LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HELD_REMOTE_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    HELD_REMOTE_BYTES_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     partition_id: int
     bucket_id: int
@@ -276,7 +281,12 @@ class StatusReplica(_message.Message):
     log_end_offset: int
     high_watermark: int
     followers: _containers.RepeatedCompositeFieldContainer[StatusFollower]
-    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., leader: bool = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[StatusFollower, _Mapping]]] = ...) -> None: ...
+    lake_log_end_offset: int
+    held_local_segments: int
+    held_local_bytes: int
+    held_remote_segments: int
+    held_remote_bytes: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., leader: bool = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[StatusFollower, _Mapping]]] = ..., lake_log_end_offset: _Optional[int] = ..., held_local_segments: _Optional[int] = ..., held_local_bytes: _Optional[int] = ..., held_remote_segments: _Optional[int] = ..., held_remote_bytes: _Optional[int] = ...) -> None: ...
 
 class StatusFollower(_message.Message):
     __slots__ = ("server_id", "log_end_offset")

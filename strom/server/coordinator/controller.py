@@ -18,6 +18,7 @@ from strom.common.errors import (
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
 )
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
@@ -26,7 +27,8 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.resend import Owed, Resender
-from strom.server.store.base import BucketAssignment, MetadataStore
+from strom.server.store.base import BucketAssignment
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def assign_replicas(
 class Controller:
     def __init__(
         self,
-        store: MetadataStore,
+        store: OrderedStore,
         membership: Membership,
         pool: ConnectionPool,
         coordinator_epoch: int,
@@ -162,9 +164,10 @@ class Controller:
         # Leaders first, so that followers asking a new leader where to truncate (OffsetForLeaderEpoch)
         # usually find it already leading; a leader that does not answer in time does not hold them up.
         leaders = {s for s, r in by_server.items() if any(e.leader == s for e in r.notify_buckets_leader_req)}
-        first = [self._notify(s, by_server[s]) for s in leaders]
+        # spawned: a leader slower than the timeout is still told, and an error of its call still seen
+        first = [spawn(self._notify(s, by_server[s]), name="notify-leader-first") for s in leaders]
         if first:
-            await asyncio.wait([asyncio.ensure_future(c) for c in first], timeout=LEADERS_FIRST_TIMEOUT)
+            await asyncio.wait(first, timeout=LEADERS_FIRST_TIMEOUT)
             by_server = self._leadership_requests(self._current(keys), only_servers)  # fresh again
         await asyncio.gather(*(self._notify(s, r) for s, r in by_server.items() if s not in leaders))
 
@@ -272,19 +275,21 @@ class Controller:
                     changed.append(a)
                 hosted.append(a)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
         # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
         # learns its tables' current schemas before it leads or follows them again.
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
-    async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
+    async def on_servers_dead(
+        self, server_ids: set[int], still_registered: bool = False, moved: Callable[[], None] | None = None
+    ) -> None:
         """Move leadership away from dead servers to live eligible replicas (or leave the bucket
         waiting for one); dead followers leave the ISR.
 
         `still_registered`: the ids are registered again already (restarted processes), so they get
-        the new leadership too, as followers.
+        the new leadership too, as followers. `moved` runs once the store holds the new leadership.
         """
         async with self.lock:
             live = set(self.membership.servers) - server_ids
@@ -297,12 +302,14 @@ class Controller:
                 if new != a:
                     changed.append(new)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info(
                     "servers %s gone: %d bucket(s) changed leadership or ISR",
                     sorted(server_ids),
                     len(changed),
                 )
+            if moved is not None:
+                moved()
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
@@ -319,7 +326,7 @@ class Controller:
                     if new != a:
                         changed.append(new)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
         await self.notify_leadership(changed)
 
     def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
@@ -419,7 +426,7 @@ class Controller:
                     result.bucket_epoch = a.bucket_epoch
                     result.coordinator_epoch = self.coordinator_epoch
             if accepted:
-                self.store.put_buckets(accepted)
+                await self.store.put_buckets(accepted)
                 for a in accepted:
                     log.info(
                         "ISR of table %d bucket %d (partition %s) is now %s (ELR %s)",

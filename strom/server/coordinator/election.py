@@ -16,6 +16,7 @@ A coordinator that loses its ZooKeeper session steps down and, once reconnected,
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -28,6 +29,7 @@ from kazoo.recipe.watchers import DataWatch
 
 from strom.common.config import Configuration
 from strom.common.errors import FlussError
+from strom.common.supervision import Backoff, spawn, supervise
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.security.listeners import internal_listener_name
 from strom.server.coordinator.zk_liveness import ZooKeeperLiveness
@@ -37,6 +39,8 @@ from strom.server.zookeeper import layout
 from strom.server.zookeeper.client import call, connect, on_loop, paths_of
 
 log = logging.getLogger(__name__)
+
+REJOIN_BACKOFF = Backoff(initial=0.2, maximum=5.0)
 
 
 class CoordinatorElection:
@@ -61,6 +65,7 @@ class CoordinatorElection:
         self._lock = asyncio.Lock()
         self._watcher: asyncio.Task[None] | None = None
         self._session_lost = False
+        self._rejoining: asyncio.Task[None] | None = None
 
     def active_address(self) -> tuple[str, int] | None:
         """The active coordinator's address, as /coordinators/active names it (None: nobody now)."""
@@ -80,6 +85,8 @@ class CoordinatorElection:
         self._stopping = True
         if self._watcher is not None:
             self._watcher.cancel()
+        if self._rejoining is not None:
+            self._rejoining.cancel()
         if self.active:
             self.active = False
             await self.on_lost()
@@ -123,7 +130,9 @@ class CoordinatorElection:
             log.info("coordinator %s won the election", self.coordinator_id)
             self.active = True
             try:
-                store = await call(ZooKeeperMetadataStore, self.zk, self.paths, self._fenced)
+                # the store commits on its own thread (store/ordered.py): the news comes back to the loop
+                fenced = functools.partial(self.loop.call_soon_threadsafe, self._fenced)
+                store = await call(ZooKeeperMetadataStore, self.zk, self.paths, fenced)
                 await self.on_elected(store, lambda coordinator: ZooKeeperLiveness(coordinator, self.zk))
             except Exception:
                 log.exception("taking over as the active coordinator failed; resigning")
@@ -143,7 +152,7 @@ class CoordinatorElection:
         """The store saw a newer coordinator epoch: step down (called on the event loop)."""
         if self.active:
             self.active = False
-            self.loop.create_task(self._step_down())
+            spawn(self._step_down(), name="election-step-down")
 
     async def _step_down(self) -> None:
         await self.on_lost()
@@ -160,15 +169,21 @@ class CoordinatorElection:
             self._session_lost = True
             if self.active:
                 self.active = False
-                self.loop.create_task(self.on_lost())
+                spawn(self.on_lost(), name="election-lost")
         elif state == KazooState.SUSPENDED:
             log.warning("ZooKeeper connection suspended; waiting for it to come back")
         elif state == KazooState.CONNECTED and self._session_lost and not self._stopping:
             self._session_lost = False
             log.info("ZooKeeper session re-established; standing for election again")
-            self.loop.create_task(self._rejoin())
+            if self._rejoining is not None:
+                self._rejoining.cancel()
+            # supervised: a _register that fails (ZooKeeper gone again) is retried with backoff, or this
+            # coordinator would never stand for election again
+            self._rejoining = supervise(self._rejoin, name="election-rejoin", backoff=REJOIN_BACKOFF)
 
     async def _rejoin(self) -> None:
+        if self._stopping:
+            return
         await self._register()
         await self._contend()
 
@@ -182,9 +197,9 @@ class CoordinatorElection:
             self._active_node = None
             if self.active:  # our node is gone (deleted, or our session with it): not active any more
                 self.active = False
-                self.loop.create_task(self._step_down())
+                spawn(self._step_down(), name="election-step-down")
             else:
-                self.loop.create_task(self._contend())
+                spawn(self._contend(), name="election-contend")
             return
         try:
             coordinator_id, host, port = layout.parse_coordinator_address(data, self.internal_listener)
@@ -195,9 +210,9 @@ class CoordinatorElection:
         if coordinator_id != self.coordinator_id:
             if self.active:
                 self.active = False
-                self.loop.create_task(self.on_lost())
+                spawn(self.on_lost(), name="election-lost")
             log.info("active coordinator is %s at %s:%d", coordinator_id, host, port)
-            self._watcher = self.loop.create_task(self._watch_active(coordinator_id, host, port, stat))
+            self._watcher = spawn(self._watch_active(coordinator_id, host, port, stat), name="election-watch")
 
     async def _watch_active(self, coordinator_id: str, host: str, port: int, stat: Any) -> None:
         """Declare a crashed active coordinator dead as soon as its port refuses connections."""

@@ -13,6 +13,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from strom.common.supervision import spawn, supervise
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
 from strom.server.coordinator.liveness import Liveness
@@ -21,6 +22,7 @@ from strom.server.coordinator.registration import check_registration
 
 if TYPE_CHECKING:
     from strom.server.coordinator.active import ActiveCoordinator
+    from strom.server.store.base import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ class EmbeddedLiveness(Liveness):
             self.membership.remember(server)
         if self.membership.servers:
             log.info("remembered tablet servers %s from before the restart", self.membership.live_ids())
-        self._expiry = asyncio.create_task(self._expiry_loop(), name="session-expiry")
+        self._expiry = supervise(self._expiry_loop, name="session-expiry")
 
     async def stop(self) -> None:
         if self._expiry is not None:
@@ -66,9 +68,11 @@ class EmbeddedLiveness(Liveness):
             await asyncio.gather(self._expiry, return_exceptions=True)
 
     async def forget(self, servers: list[LiveServer]) -> None:
-        with self.store.transaction():
+        def delete(store: MetadataStore) -> None:
             for server in servers:
-                self.store.delete_documents(_key(server.server_id))
+                store.delete_documents(_key(server.server_id))
+
+        await self.store.atomically(delete)
 
     def grace_period(self) -> float:
         return self.membership.session_timeout
@@ -86,7 +90,7 @@ class EmbeddedLiveness(Liveness):
         server, restarted = self.membership.register(
             request.server_id, request.host, request.port, rack, incarnation, listeners=listeners
         )
-        self.store.put_document(
+        await self.store.put_document(
             _key(server.server_id),
             json.dumps(
                 {
@@ -100,9 +104,7 @@ class EmbeddedLiveness(Liveness):
             ).encode(),
         )
         unclean_start = incarnation if request.unclean_shutdown else None
-        asyncio.get_running_loop().create_task(
-            self.coordinator.server_registered(server, restarted, unclean_start)
-        )
+        spawn(self.coordinator.server_registered(server, restarted, unclean_start), name="server-registered")
         return internal.RegisterTabletServerResponse(
             coordinator_epoch=self.coordinator.coordinator_epoch,
             session_id=server.session_id,

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from strom.common.supervision import TaskSet, supervise
 from strom.server.coordinator.membership import LiveServer
 from strom.server.port_probe import wait_until_refused
 
@@ -28,11 +29,13 @@ class FailureDetector:
     def __init__(self, on_dead: Callable[[int, int], Awaitable[None]]) -> None:
         self.on_dead = on_dead
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._all = TaskSet("failure detector")
 
     def watch(self, server: LiveServer) -> None:
         self.unwatch(server.server_id)
-        self._tasks[server.server_id] = asyncio.get_running_loop().create_task(
-            self._watch(server), name=f"failure-detector-{server.server_id}"
+        # restarted on failure: a server whose death is never noticed keeps its leaderships
+        self._tasks[server.server_id] = supervise(
+            lambda: self._watch(server), name="failure-detector", tasks=self._all
         )
 
     def unwatch(self, server_id: int) -> None:
@@ -41,11 +44,8 @@ class FailureDetector:
             task.cancel()
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._all.close()
 
     async def _watch(self, server: LiveServer) -> None:
         await wait_until_refused(server.host, server.port)

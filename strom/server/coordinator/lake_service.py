@@ -24,6 +24,7 @@ from strom.common.errors import (
     error_for_code,
 )
 from strom.common.lake_enablement import table_lake_enabled
+from strom.common.supervision import spawn
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
 from strom.rpc.api import ApiKey
@@ -33,6 +34,7 @@ from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.tiering_jobs import TieringJob
 from strom.server.store.base import MetadataStore, TableRecord
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ def _key(table_id: int, sequence: int) -> str:
 
 class LakeService:
     def __init__(
-        self, store: MetadataStore, controller: Controller, tiering: LakeTieringManager, offsets_dir: Path
+        self, store: OrderedStore, controller: Controller, tiering: LakeTieringManager, offsets_dir: Path
     ) -> None:
         self.store = store
         self.controller = controller
@@ -117,9 +119,9 @@ class LakeService:
         else:
             self.tiering.set_freshness(record.table_id, self._freshness(new))
 
-    def on_table_dropped(self, table_id: int) -> None:
+    async def on_table_dropped(self, table_id: int) -> None:
         self.tiering.remove_table(table_id)
-        self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
+        await self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
 
     def load_tables(self) -> None:
         """After a (re)start: every lake-enabled table resumes its schedule from its last snapshot."""
@@ -146,7 +148,7 @@ class LakeService:
                 return record
         return None
 
-    def _record(self, snapshot: LakeSnapshotRecord) -> None:
+    async def _record(self, snapshot: LakeSnapshotRecord) -> None:
         previous = self.latest(snapshot.table_id)
         if previous is not None:
             for key, (offset, _) in previous.buckets.items():
@@ -158,8 +160,16 @@ class LakeService:
                         f"lake snapshot {snapshot.snapshot_id} of table {snapshot.table_id} moves bucket "
                         f"{key[1]} (partition {key[0]}) back from offset {offset} to {new[0]}"
                     )
-        sequence = len(self.store.list_documents(f"{_PREFIX}{snapshot.table_id:020d}/"))
-        self.store.put_document(_key(snapshot.table_id, sequence), snapshot.to_json())
+            if previous.snapshot_id == snapshot.snapshot_id and _ends(previous) == _ends(snapshot):
+                # the same commit again (a tiering job that lost the answer retries): recorded once
+                return
+        prefix = f"{_PREFIX}{snapshot.table_id:020d}/"
+
+        def append(store: MetadataStore) -> None:
+            # the sequence is counted on the store thread: commits waiting there do not share one
+            store.put_document(_key(snapshot.table_id, len(store.list_documents(prefix))), snapshot.to_json())
+
+        await self.store.atomically(append)
 
     async def get_lake_snapshot(
         self, request: pb.GetLakeSnapshotRequest, ctx: object
@@ -299,7 +309,7 @@ class LakeService:
                         for b in info.buckets_req
                     },
                 )
-                self._record(snapshot)
+                await self._record(snapshot)
                 committed.append(snapshot)
             except FlussError as e:
                 result.error_code = e.code
@@ -315,7 +325,7 @@ class LakeService:
                     now,
                     {(o["partition_id"], o["bucket"]): (o["offset"], -1) for o in offsets},
                 )
-                self._record(snapshot)
+                await self._record(snapshot)
                 committed.append(snapshot)
             except FlussError as e:
                 result.error_code = e.code
@@ -334,7 +344,7 @@ class LakeService:
                 len(snapshot.buckets),
             )
         if committed:
-            asyncio.get_running_loop().create_task(self._notify(committed))
+            spawn(self._notify(committed), name="notify-lake-offsets")
         return response
 
     def _require_table(self, table_id: int) -> None:
@@ -342,32 +352,35 @@ class LakeService:
             raise TableNotExistError(f"table {table_id} does not exist")
 
     async def _notify(self, snapshots: list[LakeSnapshotRecord]) -> None:
-        """Tell bucket leaders how far the lake reaches (they report it to readers and may use it
-        to bound local log retention)."""
+        """Tell every replica of the buckets how far the lake reaches: leaders report it to readers,
+        and every replica's log retention waits for it (lake_hold.py), followers' included."""
         by_server: dict[int, pb.NotifyLakeTableOffsetRequest] = defaultdict(
             lambda: pb.NotifyLakeTableOffsetRequest(coordinator_epoch=self.controller.coordinator_epoch)
         )
         for snapshot in snapshots:
-            leaders = {
-                (b.partition_id, b.bucket_id): b.leader for b in self.store.list_buckets(snapshot.table_id)
+            hosts = {
+                (b.partition_id, b.bucket_id): {*b.replicas, *([] if b.leader is None else [b.leader])}
+                for b in self.store.list_buckets(snapshot.table_id)
             }
             for (partition_id, bucket), (offset, max_ts) in snapshot.buckets.items():
-                leader = leaders.get((partition_id, bucket))
-                if leader is None:
-                    continue
-                entry = by_server[leader].notify_buckets_req.add(
-                    table_id=snapshot.table_id,
-                    bucket_id=bucket,
-                    snapshot_id=snapshot.snapshot_id,
-                    log_end_offset=offset,
-                )
-                if partition_id is not None:
-                    entry.partition_id = partition_id
-                if max_ts >= 0:
-                    entry.max_timestamp = max_ts
+                for server in sorted(hosts.get((partition_id, bucket), ())):
+                    entry = by_server[server].notify_buckets_req.add(
+                        table_id=snapshot.table_id,
+                        bucket_id=bucket,
+                        snapshot_id=snapshot.snapshot_id,
+                        log_end_offset=offset,
+                    )
+                    if partition_id is not None:
+                        entry.partition_id = partition_id
+                    if max_ts >= 0:
+                        entry.max_timestamp = max_ts
         await asyncio.gather(
             *(
                 self.controller.send(server, ApiKey.NOTIFY_LAKE_TABLE_OFFSET, request)
                 for server, request in by_server.items()
             )
         )
+
+
+def _ends(snapshot: LakeSnapshotRecord) -> dict[tuple[int | None, int], int]:
+    return {key: offset for key, (offset, _) in snapshot.buckets.items()}

@@ -18,6 +18,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from strom.common.supervision import supervise
+
 log = logging.getLogger(__name__)
 
 RESEND_MIN_S = 0.5
@@ -73,9 +75,8 @@ class Resender:
         owed.buckets |= buckets or set()
         task = self.tasks.get(server_id)
         if task is None or task.done():
-            self.tasks[server_id] = asyncio.get_running_loop().create_task(
-                self._run(server_id), name=f"resend-to-{server_id}"
-            )
+            # restarted if it fails: what a server is owed must reach it
+            self.tasks[server_id] = supervise(lambda: self._run(server_id), name=f"resend-to-{server_id}")
 
     async def close(self) -> None:
         for task in self.tasks.values():

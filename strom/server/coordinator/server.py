@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,10 +25,12 @@ from google.protobuf.message import Message
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import LeaderNotAvailableError
+from strom.common.supervision import TaskSet, supervise
 from strom.common.table_path import TablePath
 from strom.metrics import Metrics, MetricsServer, start_reporter
 from strom.metrics.coordinator import register_coordinator_metrics
 from strom.metrics.requests import RequestMetrics
+from strom.metrics.supervision import register_supervision_metrics
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -88,7 +91,8 @@ class CoordinatorServer:
             if self.security.authorizer is not None
             else None
         )
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("coordinator")
+        self._stop_counting_supervision: Callable[[], None] = lambda: None
 
     @property
     def port(self) -> int:
@@ -100,9 +104,10 @@ class CoordinatorServer:
 
     async def start(self) -> None:
         await self.rpc.start()
+        self._stop_counting_supervision = register_supervision_metrics(self.metrics)
         self.metrics_server = start_reporter(self.metrics, self.config, self.host)
         if self.metrics_server is not None:
-            self._tasks.append(asyncio.create_task(self.metrics.refresh_state(), name="metrics"))
+            supervise(self.metrics.refresh_state, name="metrics", tasks=self._tasks)
         self.node.CopyFrom(self.rpc.describe(COORDINATOR_ID))
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is None:
             await self._activate(SqliteMetadataStore(self.data_dir / "metadata.db"))
@@ -112,12 +117,11 @@ class CoordinatorServer:
         self.election = CoordinatorElection(self.config, self.node, self._elected, self._deactivate)
         await self.election.start()
         if self._acl_mirror is not None:
-            self._tasks.append(asyncio.create_task(self._mirror_acls(), name="acl-mirror"))
+            supervise(self._mirror_acls, name="acl-mirror", tasks=self._tasks)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
+        self._stop_counting_supervision()
         if self.election is not None:
             await self.election.stop()
         await self._deactivate()
@@ -130,7 +134,7 @@ class CoordinatorServer:
 
     async def _activate(self, store: Any, liveness: Any = EmbeddedLiveness) -> None:
         async with self._activation:
-            active = ActiveCoordinator(
+            active = await ActiveCoordinator.create(
                 store=store,
                 config=self.config,
                 node=self.node,
@@ -153,7 +157,7 @@ class CoordinatorServer:
                 return
             log.warning("coordinator (epoch %d) is no longer active", active.coordinator_epoch)
             await active.stop()
-            active.store.close()
+            await active.store.close()
 
     # ---- requests
 

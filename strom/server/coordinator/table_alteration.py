@@ -30,6 +30,9 @@ ALTERABLE_TABLE_OPTIONS: frozenset[str] = frozenset(
         cfg.TABLE_DATALAKE_HISTORICAL_PARTITION_ENABLED,
         cfg.TABLE_DATALAKE_FRESHNESS,
         cfg.TABLE_DATALAKE_AUTO_COMPACTION,
+        # Strom's lifecycle-linked retention options
+        cfg.TABLE_DATALAKE_RETENTION_HOLD_MAX_DURATION,
+        cfg.TABLE_DATALAKE_REMOTE_LOG_DROP_TIERED,
         cfg.TABLE_LOG_TTL,
         cfg.TABLE_TIERED_LOG_LOCAL_SEGMENTS,
         cfg.TABLE_LOG_LOCAL_TTL,

@@ -113,13 +113,11 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
     """
     result = descriptor
     if result.bucket_count is None:
-        result = result.with_bucket_count(_server_int(server_config, cfg.DEFAULT_BUCKET_NUMBER))
+        result = result.with_bucket_count(server_config.get(cfg.DEFAULT_BUCKET_NUMBER))
 
     props = dict(result.properties)
     if cfg.TABLE_REPLICATION_FACTOR.key not in props:
-        props[cfg.TABLE_REPLICATION_FACTOR.key] = str(
-            _server_int(server_config, cfg.DEFAULT_REPLICATION_FACTOR)
-        )
+        props[cfg.TABLE_REPLICATION_FACTOR.key] = str(server_config.get(cfg.DEFAULT_REPLICATION_FACTOR))
 
     original = descriptor.properties
     if (
@@ -177,12 +175,6 @@ def _fold_aggregation_options(descriptor: TableDescriptor, props: dict[str, str]
     except ValueError as e:
         raise InvalidConfigError(str(e)) from e
     return replace(descriptor, schema=schema, custom_properties=custom)
-
-
-def _server_int(server_config: Configuration, option: cfg.ConfigOption[int]) -> int:
-    value = server_config.get(option)
-    assert value is not None  # both options have defaults
-    return value
 
 
 def _option(conf: Configuration, option: cfg.ConfigOption[Any]) -> Any:

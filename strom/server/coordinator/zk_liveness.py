@@ -16,6 +16,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
 from strom.common.errors import ConfigError
+from strom.common.supervision import spawn
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
 from strom.security.listeners import internal_listener_name
@@ -118,7 +119,7 @@ class ZooKeeperLiveness(Liveness):
 
     def _children_changed(self, children: list[str]) -> None:
         if not self._stopped:
-            asyncio.get_running_loop().create_task(self._sync())
+            spawn(self._sync(), name="tablet-server-sync")
 
     async def _sync(self) -> None:
         async with self._sync_lock:

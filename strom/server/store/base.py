@@ -1,8 +1,11 @@
 """The coordinator's metadata store: the single source of truth for the cluster's metadata.
 
-`MetadataStore` is the interface; `SqliteMetadataStore` is the embedded default (one file under the
-coordinator's data directory). A ZooKeeper implementation, for clusters that need more than one
-coordinator, would plug in behind the same interface; it is not built yet.
+`MetadataStore` is the interface, with two implementations: `SqliteMetadataStore` (sqlite.py), the
+embedded default of a single coordinator (one file under its data directory), and
+`ZooKeeperMetadataStore` (zookeeper.py), Fluss's znode layout on ZooKeeper, used when
+`zookeeper.address` is set so that several coordinators can stand for election (election.py).
+The interface is synchronous, and the coordinator never calls a store's writes from its event loop:
+it holds the store through `OrderedStore` (ordered.py), which runs them on a thread of their own.
 """
 
 from __future__ import annotations

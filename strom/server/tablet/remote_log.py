@@ -8,7 +8,8 @@ client reads those segments itself — except segments holding batches of an old
 has since added columns: clients (pyfluss 1.0) read every batch with the current schema, so the server
 reads those segments itself and answers with the batches rebuilt under the current schema, as it does
 for local ones. Only log tables are tiered: a primary-key table's changelog stays local because it
-rebuilds the KV state.
+rebuilds the KV state. Remote segments expire by table.log.ttl; for lake-enabled tables only once the
+lake has their records (strom/server/tablet/log/lake_hold.py).
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
-
 from strom.common.errors import InvalidConfigError
+from strom.common.file_io import load_file_io
 from strom.record.log_batch import V0_HEADER_SIZE, iter_batches, read_header
+from strom.server.tablet.log.lake_hold import (
+    RetentionOutcome,
+    Verdict,
+    drop_tiered_remote,
+    lake_hold,
+)
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -92,6 +98,7 @@ class RemoteLogManager:
         remote_root: str,
         commit_manifest: Callable[[Replica, RemoteLog, str], Awaitable[None]],
         max_upload_segments: int = 5,
+        on_retention: Callable[[Replica, str, RetentionOutcome], None] | None = None,
     ) -> None:
         if max_upload_segments < 1:
             raise InvalidConfigError(
@@ -102,7 +109,9 @@ class RemoteLogManager:
         self.replicas = replicas
         self.remote_root = remote_root
         self.commit_manifest = commit_manifest
-        self.fs, _ = fsspec.core.url_to_fs(remote_root)
+        # told what each expiry pass deleted, forced out and held for the lake (metrics, loud logs)
+        self.on_retention = on_retention or (lambda replica, tier, outcome: None)
+        self.fs = load_file_io(remote_root).fs
 
     def remote_log(self, replica: Replica) -> RemoteLog:
         """The bucket's remote log, loaded from its manifest the first time (e.g. after a leader change)."""
@@ -155,7 +164,8 @@ class RemoteLogManager:
                     min_schema_id,
                 )
             )
-        doomed = self._expire(replica, remote)
+        doomed, outcome = self._expire(replica, remote)
+        self.on_retention(replica, "remote", outcome)
         if doomed:  # deleting remote files blocks (a network round trip each on object storage)
             await asyncio.to_thread(self._delete_remote, remote, doomed)
         expired = len(doomed)
@@ -187,18 +197,46 @@ class RemoteLogManager:
         self.fs.mv(temporary, path)  # readers see the old or the new manifest, never half of one
         return path
 
-    def _expire(self, replica: Replica, remote: RemoteLog) -> list[RemoteSegment]:
-        """Remote segments older than table.log.ttl leave the remote log, oldest first; returns them
-        (their files are for `_delete_remote`)."""
-        ttl = replica.table_info.log_ttl.total_seconds() * 1000
-        if ttl <= 0:
-            return []
-        cutoff = time.time() * 1000 - ttl
-        expired = []
-        while remote.segments and remote.segments[0].max_timestamp < cutoff:
-            remote.tiered_end = remote.segments[0].end_offset
+    def _expire(self, replica: Replica, remote: RemoteLog) -> tuple[list[RemoteSegment], RetentionOutcome]:
+        """Remote segments older than table.log.ttl leave the remote log, oldest first (for a
+        lake-enabled table, once the lake has them or the hold bound forces them out; with
+        `table.datalake.remote-log.drop-tiered`, as soon as the lake has them); returns them (their
+        files are for `_delete_remote`) and what stays held for the lake."""
+        info = replica.table_info
+        ttl = int(info.log_ttl.total_seconds() * 1000)
+        hold = lake_hold(info.properties, replica.lake_log_end_offset)
+        drop_tiered = hold is not None and drop_tiered_remote(info.properties)
+        if ttl <= 0 and not drop_tiered:
+            return [], RetentionOutcome()
+        now = int(time.time() * 1000)
+        expired: list[RemoteSegment] = []
+        forced = 0
+        forced_end = -1
+        while remote.segments:
+            segment = remote.segments[0]
+            if drop_tiered and hold is not None and hold.covers(segment.end_offset):
+                verdict = Verdict.DELETE
+            elif ttl <= 0:
+                break
+            elif hold is None:
+                verdict = Verdict.DELETE if now - segment.max_timestamp > ttl else Verdict.KEEP
+            else:
+                verdict = hold.verdict(segment.end_offset, segment.max_timestamp, now, ttl)
+            if verdict is Verdict.KEEP or verdict is Verdict.HOLD:
+                break
+            if verdict is Verdict.FORCE:
+                forced += 1
+                forced_end = segment.end_offset
+            remote.tiered_end = segment.end_offset
             expired.append(remote.segments.pop(0))
-        return expired
+        held = held_bytes = 0
+        if hold is not None and ttl > 0:
+            for segment in remote.segments:
+                if hold.verdict(segment.end_offset, segment.max_timestamp, now, ttl) is not Verdict.HOLD:
+                    break
+                held += 1
+                held_bytes += segment.size
+        return expired, RetentionOutcome(len(expired), forced, forced_end, held, held_bytes)
 
     def _delete_remote(self, remote: RemoteLog, segments: list[RemoteSegment]) -> None:
         for segment in segments:
@@ -258,10 +296,8 @@ def read_remote_batches(remote: RemoteLog, offset: int, max_bytes: int) -> bytes
     if not segments:
         return b""
     segment = segments[0]
-    fs, path = fsspec.core.url_to_fs(
-        f"{remote.tablet_dir}/{segment.segment_id}/{segment.start_offset:020d}.log"
-    )
-    with fs.open(path, "rb") as f:
+    location = load_file_io(f"{remote.tablet_dir}/{segment.segment_id}/{segment.start_offset:020d}.log")
+    with location.fs.open(location.path, "rb") as f:
         pos = 0
         while True:  # skip the batches below the offset, reading headers only
             f.seek(pos)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from strom.common.errors import FlussError, SchemaNotExistError
+from strom.common.supervision import supervise
 from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
@@ -70,9 +71,7 @@ class ReplicaFetcherManager:
         self.followed[leader][replica.bucket] = replica
         task = self.tasks.get(leader)
         if task is None or task.done():
-            self.tasks[leader] = asyncio.get_running_loop().create_task(
-                self._run(leader), name=f"replica-fetcher-{leader}"
-            )
+            self.tasks[leader] = supervise(lambda: self._run(leader), name=f"replica-fetcher-{leader}")
 
     def unfollow(self, bucket: TableBucket) -> None:
         for buckets in self.followed.values():

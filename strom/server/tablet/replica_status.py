@@ -1,5 +1,6 @@
 """DescribeReplicas (Strom-only, 9005): the replicas a tablet server holds, with their log start, log
-end and high watermark, and on leaders how far each follower has fetched (for `strom status`)."""
+end and high watermark, the log its retention keeps for the lake, and on leaders how far each follower
+has fetched (for `strom status`)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,11 @@ def describe_replicas(server_id: int, replicas: Iterable[Replica]) -> internal.D
             log_start_offset=tablet.log_start_offset,
             log_end_offset=tablet.log_end_offset,
             high_watermark=tablet.high_watermark,
+            lake_log_end_offset=replica.lake_log_end_offset,
+            held_local_segments=replica.held_local[0],
+            held_local_bytes=replica.held_local[1],
+            held_remote_segments=replica.held_remote[0],
+            held_remote_bytes=replica.held_remote[1],
         )
         if replica.bucket.partition_id is not None:
             entry.partition_id = replica.bucket.partition_id

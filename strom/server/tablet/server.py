@@ -13,6 +13,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +21,20 @@ from google.protobuf.message import Message
 
 from strom.common import config as options
 from strom.common.config import Configuration
-from strom.common.errors import FlussError, LeaderNotAvailableError, UnknownTableOrBucketError
+from strom.common.errors import (
+    FlussError,
+    LakeSnapshotNotExistError,
+    LeaderNotAvailableError,
+    UnknownTableOrBucketError,
+)
 from strom.common.schema import Schema
+from strom.common.supervision import TaskSet, spawn, supervise
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
 from strom.metrics import Metrics, MetricsServer, start_reporter
 from strom.metrics.requests import RequestMetrics
+from strom.metrics.supervision import register_supervision_metrics
 from strom.metrics.tablet import TabletMetrics
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.client import ConnectionPool
@@ -42,9 +50,11 @@ from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
+from strom.server.tablet.log.lake_hold import RetentionOutcome, lake_hold
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
@@ -140,7 +150,8 @@ class TabletServer:
             server_id,
             remote_data_dir=remote_data_dir(self.config),
             snapshot_num_retained=self.config.get(options.KV_SNAPSHOT_NUM_RETAINED),
-            write_buffer_bytes=int(self.config.get(options.KV_ROCKSDB_WRITEBUFFER_SIZE)),
+            rocksdb=SharedRocksDb(RocksDbSettings.from_config(self.config)),
+            open_concurrency=self.config.get(options.KV_OPEN_CONCURRENCY),
             recover_read_bytes=int(option_value(self.config, options.KV_RECOVER_LOG_RECORD_BATCH_MAX_SIZE)),
             commit_snapshot=self._commit_kv_snapshot,
             on_snapshot=lambda replica, done, seconds: self.tablet_metrics.kv_snapshot(
@@ -161,6 +172,7 @@ class TabletServer:
                 remote_root,
                 self._commit_remote_log_manifest,
                 max_upload_segments=option_value(self.config, options.REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS),
+                on_retention=self._on_retention,
             )
             if remote_root
             else None
@@ -175,7 +187,8 @@ class TabletServer:
         self.session_id: int | None = None
         self.fence = CoordinatorEpochFence(self._cluster_coordinator_epoch)
         self.zookeeper: ZooKeeperRegistration | None = None  # with zookeeper.address, from start()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskSet("tablet server")
+        self._stop_counting_supervision: Callable[[], None] = lambda: None
         self._registered = asyncio.Event()
         self.leader_epochs = LeaderEpochService(self.replica_manager)
         handlers: dict[ApiKey, Handler] = {key: self._forward for key in FORWARDED_TO_COORDINATOR}
@@ -233,34 +246,40 @@ class TabletServer:
         # before anything is written: from here on a crash must look unclean
         await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
-        asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
+        self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
         await self.rpc.start()
+        self._stop_counting_supervision = register_supervision_metrics(self.metrics)
         self.metrics_server = start_reporter(self.metrics, self.config, self.host)
         if self.metrics_server is not None:
-            self._tasks.append(asyncio.create_task(self.metrics.refresh_state(), name="metrics"))
+            supervise(self.metrics.refresh_state, name="metrics", tasks=self._tasks)
         if self.config.get_optional(options.ZOOKEEPER_ADDRESS) is not None:
             from strom.server.tablet.zk_registration import ZooKeeperRegistration
 
             self.zookeeper = ZooKeeperRegistration(self)
             await self.zookeeper.start()
         else:
-            self._tasks.append(asyncio.create_task(self._membership_loop(), name="membership"))
-        self._tasks.append(asyncio.create_task(self._maintenance_loop(), name="log-maintenance"))
-        self._tasks.append(asyncio.create_task(self._isr_loop(), name="isr-maintenance"))
+            supervise(self._membership_loop, name="membership", tasks=self._tasks)
+        supervise(self._maintenance_loop, name="log-maintenance", tasks=self._tasks)
+        supervise(self._isr_loop, name="isr-maintenance", tasks=self._tasks)
         if self.acl_sync is not None:
-            self._tasks.append(asyncio.create_task(self.acl_sync.run(), name="acl-sync"))
+            supervise(self.acl_sync.run, name="acl-sync", tasks=self._tasks)
         if self.remote_logs is not None:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
-            self._tasks.append(asyncio.create_task(self.remote_logs.run(interval), name="remote-log"))
+            remote_logs = self.remote_logs
+            supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
         snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
-        self._tasks.append(
-            asyncio.create_task(self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots")
+        supervise(
+            lambda: self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots", tasks=self._tasks
         )
+        idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
+        if idle_flush > 0:
+            supervise(
+                lambda: self.kv_manager.run_idle_flush(idle_flush), name="kv-idle-flush", tasks=self._tasks
+            )
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._tasks.close()
+        self._stop_counting_supervision()
         if self.zookeeper is not None:
             await self.zookeeper.stop()
         await self.fetchers.close()
@@ -363,28 +382,96 @@ class TabletServer:
                     # A PK table's changelog is also what rebuilds its KV state after the last snapshot, so
                     # TTL retention applies to log tables only (Fluss keeps it from the snapshot offset).
                     if "retention" in due and not replica.table_info.has_primary_key:
-                        deleted = tablet.apply_retention(now_ms)
-                        if deleted:
-                            log.info("retention deleted %d segment(s) of %s", deleted, replica.bucket)
+                        # a lake-enabled table's segments also wait for the lake (lake_hold.py)
+                        hold = lake_hold(replica.table_info.properties, replica.lake_log_end_offset)
+                        outcome = tablet.retain(now_ms, hold)
+                        if outcome.deleted:
+                            log.info("retention deleted %d segment(s) of %s", outcome.deleted, replica.bucket)
+                        self._on_retention(replica, "local", outcome)
                     if "writers" in due:
                         tablet.remove_expired_writers(now_ms)
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
 
+    def _on_retention(self, replica: Replica, tier: str, outcome: RetentionOutcome) -> None:
+        """Record what a retention pass held for the lake, and shout when the hold bound deleted
+        records the lake does not have."""
+        if tier == "local":
+            replica.held_local = (outcome.held_segments, outcome.held_bytes)
+        else:
+            replica.held_remote = (outcome.held_segments, outcome.held_bytes)
+        if outcome.forced:
+            log.error(
+                "LAKE RETENTION HOLD EXPIRED: deleted %d %s log segment(s) of %s.%s %s up to offset %d "
+                "that the lake does not have (lake offset %d): table.datalake.retention-hold.max-duration "
+                "passed; those records are lost",
+                outcome.forced,
+                tier,
+                replica.database,
+                replica.table,
+                replica.bucket,
+                outcome.forced_end_offset,
+                replica.lake_log_end_offset,
+            )
+            self.tablet_metrics.retention_hold_expired(replica.database, replica.table, tier, outcome.forced)
+
     # ---- role changes
+
+    def _learn_lake_offset(self, replica: Replica) -> None:
+        """A replica new here (or after a restart) does not know how far the lake reaches until the
+        next tiering commit notifies it; until then its retention holds everything past the TTL. Ask
+        the coordinator for the table's latest lake snapshot so retention resumes at once."""
+        if replica.lake_log_end_offset >= 0 or not replica.table_info.datalake_enabled:
+            return
+
+        async def learn() -> None:
+            path = replica.table_info.table_path
+            request = pb.GetLakeSnapshotRequest(
+                table_path=pb.PbTablePath(database_name=path.database_name, table_name=path.table_name)
+            )
+            try:
+                response = await self._coordinator_request(ApiKey.GET_LAKE_SNAPSHOT, request, timeout=10)
+            except LakeSnapshotNotExistError:
+                return  # nothing tiered yet: everything waits
+            for entry in response.bucket_snapshots:
+                partition = entry.partition_id if entry.HasField("partition_id") else None
+                if (
+                    entry.bucket_id == replica.bucket.bucket
+                    and partition == replica.bucket.partition_id
+                    and entry.HasField("log_offset")
+                ):
+                    replica.lake_log_end_offset = max(replica.lake_log_end_offset, entry.log_offset)
+
+        def done(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                # safe side: retention stays held until the next tiering commit notifies this replica
+                log.warning(
+                    "cannot learn the lake offset of %s (retention waits for the next lake commit): %s",
+                    replica.bucket,
+                    task.exception(),
+                )
+
+        asyncio.get_running_loop().create_task(learn()).add_done_callback(done)
 
     def _on_leader(self, replica: Replica) -> None:
         self.fetchers.unfollow(replica.bucket)
+        self._learn_lake_offset(replica)
         if self.remote_logs is not None and not replica.table_info.has_primary_key:
             # readers below the local log start are sent to the remote segments, so know them now
-            asyncio.get_running_loop().run_in_executor(None, self.remote_logs.remote_log, replica)
+            self._tasks.spawn(
+                asyncio.to_thread(self.remote_logs.remote_log, replica), name="remote-log-index"
+            )
         if replica.table_info.has_primary_key:
             # the high watermark shows a change only once RocksDB has it, so lookups agree with the log
             replica.hw_clamp = lambda candidate, r=replica: self.kv_manager.flush_to_high_watermark(
                 r, candidate
             )
+            # open RocksDB now, in the background, so the first write does not wait for it
+            self.kv_manager.open_soon(replica)
 
     def _on_follower(self, replica: Replica) -> None:
+        replica.held_remote = (0, 0)  # the remote log is the leader's to keep
+        self._learn_lake_offset(replica)
         self.kv_manager.drop(replica.bucket)
         replica.hw_clamp = None
         self.fetchers.follow(replica)
@@ -520,7 +607,8 @@ class TabletServer:
         # one schema history, or those holding a discarded one miss the schemas added later.
         learning = self._learning.get(table_id)
         if learning is None:
-            learning = asyncio.ensure_future(self._learn_table(table_id, path))
+            # the callers see its error; spawn only holds it and keeps a failure with no caller left seen
+            learning = spawn(self._learn_table(table_id, path), name="learn-table", quiet=True)
             self._learning[table_id] = learning
             learning.add_done_callback(lambda _: self._learning.pop(table_id, None))
         info = await asyncio.shield(learning)
@@ -708,7 +796,7 @@ class TabletServer:
                     raise UnknownTableOrBucketError(
                         f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
                     )
-                replica = self.replica_manager.become_leader_or_follower(
+                replica = await self.replica_manager.take_leadership(
                     bucket,
                     database=known.database_name,
                     table=known.table_name,
@@ -755,10 +843,11 @@ class TabletServer:
                 continue
             deleted = deleted or (replica is not None and entry.delete)
             if replica is not None and entry.delete and replica.table_info.has_primary_key:
-                loop = asyncio.get_running_loop()
-                loop.run_in_executor(None, self.kv_manager.delete_snapshots, replica)
+                self._tasks.spawn(
+                    asyncio.to_thread(self.kv_manager.delete_snapshots, replica), name="delete-kv-snapshots"
+                )
         if deleted:  # the files of a dropped table's replicas go off the event loop (many, for a big log)
-            asyncio.get_running_loop().run_in_executor(None, self.replica_manager.purge_trash)
+            self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
         return response
 
 

@@ -25,6 +25,7 @@ from kazoo.recipe.watchers import DataWatch
 
 from strom.common import config as options
 from strom.common.errors import FlussError
+from strom.common.supervision import supervise
 from strom.server.port_probe import probe
 from strom.server.zookeeper import layout
 from strom.server.zookeeper.client import call, connect, on_loop, paths_of, session_timeout
@@ -137,7 +138,7 @@ class ZooKeeperRegistration:
         elif state == KazooState.CONNECTED and self._session_lost and not self._stopping:
             self._session_lost = False
             log.info("ZooKeeper session re-established; registering again")
-            self._registering = self.loop.create_task(self._register())
+            self._registering = supervise(self._register, name="zookeeper-registration")
 
     def _coordinator_changed(self, data: bytes | None, stat: Any, event: Any = None) -> None:
         if data is None:

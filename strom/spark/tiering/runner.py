@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from strom.common.table_descriptor import TableInfo
 from strom.lake.interface import WriteResult
-from strom.spark.tiering.split_writer import write_split
-from strom.spark.tiering.splits import TieringSplit
+from strom.spark.tiering.split_task import write_split
+from strom.spark.tiering.tiering_splits import TieringSplit
 
 
 class SplitRunner(Protocol):

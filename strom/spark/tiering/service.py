@@ -11,6 +11,14 @@ A job killed anywhere resumes from step 1, so nothing is skipped or written twic
 uncommitted round are never referenced, and the lake refuses a commit that does not advance its offsets.
 While a round runs, a heartbeat keeps the coordinator from fencing the job; if the coordinator fences it
 anyway (stale epoch), the round is abandoned before its lake commit.
+
+The coordinator may restart or fail over at any moment. Every call to it is retried (bootstrapping again,
+so a new active coordinator is found) for `coordinator_retry_timeout`; each call is safe to repeat: a
+heartbeat is, a repeated finish or failure report is refused with FENCED_TIERING_EPOCH or answered as
+already done, and the coordinator records a re-sent lake commit once. A round whose lake commit the
+coordinator never heard of is recorded by the next round (`_sync_coordinator`). What the service cannot
+go on after (a bug, or no cluster to connect to at all) ends `run()` with the exception; `strom tiering`
+then exits non-zero, so that whoever runs it starts it again.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from typing import Any
 
 from strom.client import Connection
 from strom.client.offset_spec import OffsetSpec
-from strom.common.errors import FencedTieringEpochError, FlussError
+from strom.common.errors import FencedTieringEpochError, FlussError, NetworkError
+from strom.common.supervision import Backoff, spawn
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 from strom.lake import load_lake_storage
@@ -34,11 +43,14 @@ from strom.metrics.tiering import TieringMetrics
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.spark.tiering.runner import SplitRunner
-from strom.spark.tiering.splits import TieringSplit, plan_splits
+from strom.spark.tiering.tiering_splits import TieringSplit, plan_splits
 
 log = logging.getLogger("strom.tiering")
 
 COMMIT_USER = "__fluss_lake_tiering"
+
+# between attempts to reach a restarting coordinator
+COORDINATOR_BACKOFF = Backoff(initial=0.1, maximum=2.0)
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class TieringSettings:
     # which job holds which table; the Spark application id when splits run on Spark
     job_name: str = "strom-tiering"
     application_id: str = ""
+    # how long one coordinator call is retried while the coordinator restarts or fails over
+    coordinator_retry_timeout: float = 120.0
 
     @property
     def client(self) -> dict[str, str]:
@@ -90,9 +104,33 @@ class TieringService:
     # ---- coordinator calls
 
     async def _coordinator(self, key: ApiKey, message: Any) -> Any:
+        """One call to the active coordinator, retried across its restarts and failovers.
+
+        Only for calls that are safe to repeat (see the module's docstring): a request may have been
+        handled by the coordinator although its answer was lost with the connection.
+        """
         assert self._connection is not None
-        node = await self._connection.metadata.coordinator_node()
-        return await self._connection.pool.request(node.host, node.port, key, message)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.coordinator_retry_timeout
+        delays = COORDINATOR_BACKOFF.delays()
+        while True:
+            try:
+                node = await self._connection.metadata.coordinator_node()
+                return await self._connection.pool.request(node.host, node.port, key, message)
+            except FlussError as e:
+                if not e.retriable:
+                    raise
+                delay = next(delays)
+                if loop.time() + delay >= deadline:
+                    raise NetworkError(
+                        f"{key.name}: no coordinator answered for "
+                        f"{self.settings.coordinator_retry_timeout:.0f}s: {e}"
+                    ) from e
+                log.warning("%s: coordinator unreachable (%s); retrying in %.1fs", key.name, e, delay)
+            await asyncio.sleep(delay)
+            # it may have restarted elsewhere, or another coordinator took over: ask the bootstrap list
+            with contextlib.suppress(FlussError):
+                await self._connection.metadata.bootstrap()
 
     async def _heartbeat(
         self,
@@ -165,7 +203,7 @@ class TieringService:
             assignment.epoch,
             self.settings.job_name,
         )
-        beating = asyncio.create_task(self._keep_alive(assignment))
+        beating = spawn(self._keep_alive(assignment), name="tiering-heartbeat")
         try:
             stats = await self._round(assignment)
         except Exception as e:
@@ -183,22 +221,21 @@ class TieringService:
                 log.warning("could not report the failure of %s: %s", assignment.path, report_error)
             self._released(assignment, "failed")
             return
-        beating.cancel()
+        finally:
+            beating.cancel()  # also when the round is cancelled (the service stops)
         try:
             response = await self._heartbeat(finished=(assignment, stats))
         except FlussError as e:
-            # the lake holds the round (its snapshot carries the offsets); when the table is handed out
-            # again the next round starts from there. Raised, this ended the service's loop while its
-            # process lived on, tiering nothing (found by tests/faults: ZooKeeper isolated mid-round)
-            log.warning("could not tell the coordinator that %s is finished: %s", assignment.path, e)
-            self._released(assignment, "finished, not acknowledged by the coordinator")
-            return
-        if response.finished_table_resp and response.finished_table_resp[0].HasField("error"):
-            log.warning(
-                "coordinator refused to finish %s: %s",
-                assignment.path,
-                response.finished_table_resp[0].error.error_message,
-            )
+            # the lake has the round; the coordinator fences the silent job and queues the table again
+            log.warning("could not report the finished round of %s: %s", assignment.path, e)
+        else:
+            if response.finished_table_resp and response.finished_table_resp[0].HasField("error"):
+                # e.g. a coordinator that restarted since the round began: it no longer knows the epoch
+                log.warning(
+                    "coordinator refused to finish %s: %s",
+                    assignment.path,
+                    response.finished_table_resp[0].error.error_message,
+                )
         if stats.splits:
             log.info(
                 "tiered %s: %d record(s) from %d bucket(s) in %.2fs -> lake snapshot %s",
@@ -382,7 +419,17 @@ class TieringService:
             entry = info.buckets_req.add(bucket_id=bucket, log_end_offset=offset)
             if partition_id is not None:
                 entry.partition_id = partition_id
-        response = await self._coordinator(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)
+        try:
+            response = await self._coordinator(ApiKey.COMMIT_LAKE_TABLE_SNAPSHOT, message)
+        except FlussError as e:
+            # The lake has the snapshot, which stays the truth; the next round records it (_sync_coordinator).
+            log.warning(
+                "could not record lake snapshot %d of %s with the coordinator: %s",
+                snapshot_id,
+                assignment.path,
+                e,
+            )
+            return
         result = response.table_resp[0]
         if result.HasField("error_code") and result.error_code != 0:
             # The lake already has the snapshot, which stays the truth; the next round re-syncs.

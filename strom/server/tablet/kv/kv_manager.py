@@ -1,10 +1,17 @@
 """The KV tablets of the primary-key buckets this server leads: opening, snapshots, closing.
 
-A tablet is opened the first time a bucket's replica is used as leader (`leader_tablet`), the way a
-Fluss leader initialises its KvTablet: the local kv directory is discarded, the newest snapshot in
-remote storage that the log can continue from is downloaded (in an executor), and the changelog after
-it is replayed (recovery.py; in steps, yielding to the event loop). With no snapshot the whole
-changelog is replayed, which needs the log from offset 0.
+A tablet opens when its bucket's leadership arrives (`open_soon`, called on NotifyLeaderAndIsr), the
+way a Fluss leader initialises its KvTablet: the local kv directory is discarded, the newest snapshot
+in remote storage that the log can continue from is downloaded and RocksDB is opened (both in an
+executor: a database creation syncs several files, tens of ms), then the changelog after it is
+replayed (recovery.py; in steps, yielding to the event loop). With no snapshot the whole changelog is
+replayed, which needs the log from offset 0. At most `kv.open.concurrency` tablets open at once; a
+request for a tablet that has not started opening yet (`leader_tablet`) opens it at once, without
+waiting for its turn, and a request for one that is opening waits for that tablet only.
+
+Every tablet's RocksDB shares the server's block cache and write-buffer budget (shared_rocksdb.py).
+A tablet that had no write for `kv.rocksdb.idle-flush.interval` flushes its memtables
+(`run_idle_flush`), handing their memory back to the shared budget.
 
 A tablet belongs to one leadership: if the replica object, its log or its leader epoch changed (a new
 leadership after someone else led, so the log may have been truncated) or a write failed, the next
@@ -20,13 +27,15 @@ import logging
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from strom.common.errors import KvStorageError, NotLeaderOrFollowerError
+from strom.common.errors import InvalidConfigError, KvStorageError, NotLeaderOrFollowerError
+from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.kv.recovery import DEFAULT_READ_BYTES, iter_recover
+from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.kv.snapshot import (
     CompletedSnapshot,
     KvSnapshotStore,
@@ -42,8 +51,20 @@ log = logging.getLogger(__name__)
 
 KV_DIR = "kv"  # <replica dir>/kv/{db, snapshots}
 
+# An idle tablet flushes only memtables bigger than this: a flush writes and syncs a file, which is
+# not worth it for the few KB of a tablet holding a handful of rows.
+IDLE_FLUSH_MIN_BYTES = 1 << 20
+
 # Called with each uploaded snapshot and the leader epoch it was taken under (CommitKvSnapshot).
 CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[None]]
+
+
+_Restored = tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]
+
+
+def _close_opened(done: asyncio.Future[_Restored]) -> None:
+    if not done.cancelled() and done.exception() is None:
+        done.result()[2].close()
 
 
 @dataclass
@@ -69,7 +90,8 @@ class KvManager:
         *,
         remote_data_dir: str | None = None,
         snapshot_num_retained: int = 2,
-        write_buffer_bytes: int | None = None,
+        rocksdb: SharedRocksDb | None = None,
+        open_concurrency: int = 4,
         recover_read_bytes: int = DEFAULT_READ_BYTES,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
@@ -80,9 +102,19 @@ class KvManager:
         self.server_id = server_id
         self.remote_data_dir = remote_data_dir
         self.snapshot_num_retained = snapshot_num_retained
-        self.write_buffer_bytes = write_buffer_bytes
+        self.rocksdb = rocksdb or SharedRocksDb()
+        if open_concurrency < 1:
+            raise InvalidConfigError(f"kv.open.concurrency must be at least 1, not {open_concurrency}")
+        self.open_concurrency = open_concurrency
         self.recover_read_bytes = recover_read_bytes  # changelog bytes read per replay step
         self.executor = executor
+        # RocksDB opens and restores get threads of their own, so that a thousand of them queued at
+        # leadership never hold up the default executor's other blocking work; one thread more than
+        # the opens in turn, for a request that opens its tablet out of turn
+        self._open_executor = ThreadPoolExecutor(open_concurrency + 1, thread_name_prefix="kv-open")
+        self._open_turns = asyncio.Semaphore(open_concurrency)
+        self._scheduled: dict[TableBucket, asyncio.Task[None]] = {}  # open_soon tasks
+        self._idle_seen: dict[TableBucket, int] = {}  # flushed offset at the previous idle check
         self.commit_snapshot = commit_snapshot
         self.on_snapshot = on_snapshot  # every completed snapshot and how long it took (metrics)
         self._tablets: dict[TableBucket, _Open] = {}
@@ -103,8 +135,43 @@ class KvManager:
         entry = self._tablets.get(bucket)
         return None if entry is None else entry.kv
 
+    def open_soon(self, replica: Replica) -> None:
+        """Open the replica's tablet in the background, in turn (it just became the leader). A
+        failure is logged; the next request for the tablet tries again and reports it."""
+        bucket = replica.bucket
+        if bucket in self._scheduled or bucket in self._opening:
+            return
+        entry = self._tablets.get(bucket)
+        if entry is not None and entry.is_current(replica):
+            return
+        task = spawn(self._open_in_turn(replica), name="kv-open")
+        self._scheduled[bucket] = task
+        task.add_done_callback(lambda done: self._unschedule(bucket, done))
+
+    def _unschedule(self, bucket: TableBucket, done: asyncio.Task[None]) -> None:
+        if self._scheduled.get(bucket) is done:
+            del self._scheduled[bucket]
+
+    async def _open_in_turn(self, replica: Replica) -> None:
+        async with self._open_turns:
+            if not replica.is_leader(self.server_id) or replica.log is None:
+                return  # the leadership moved on while this tablet waited for its turn
+            try:
+                await self.leader_tablet(replica)
+            except NotLeaderOrFollowerError as e:
+                log.info("kv tablet of %s not opened: %s", replica.bucket, e)
+            except Exception:
+                log.exception(
+                    "opening the kv tablet of %s failed; the next request for it retries", replica.bucket
+                )
+
+    def opening(self) -> int:
+        """Tablets waiting for their turn to open or opening now."""
+        return len(self._scheduled.keys() | self._opening.keys())
+
     async def leader_tablet(self, replica: Replica) -> KvTablet:
-        """The KV tablet of a replica this server leads, opened (restored and replayed) on first use."""
+        """The KV tablet of a replica this server leads: the open one, or the one being opened, or
+        opened now (restored and replayed) if it has not started opening yet."""
         bucket = replica.bucket
         entry = self._tablets.get(bucket)
         if entry is not None:
@@ -162,32 +229,38 @@ class KvManager:
         store = self.snapshot_store(replica)
         log_end = log_tablet.log_end_offset
 
-        def restore() -> tuple[CompletedSnapshot | None, KvSnapshotter | None]:
+        def restore_and_open() -> _Restored:
             # Rebuilt from scratch each leadership: the local database may be ahead of a truncated log.
             shutil.rmtree(kv_dir, ignore_errors=True)
-            if store is None:
-                return None, None
-            snapshot = store.latest(max_log_offset=log_end)
-            if snapshot is not None:
-                restore_snapshot(snapshot, db_dir, store)
-            snapshotter = KvSnapshotter(
-                store, kv_dir / "snapshots", num_retained=self.snapshot_num_retained, base=snapshot
+            snapshot = snapshotter = None
+            if store is not None:
+                snapshot = store.latest(max_log_offset=log_end)
+                if snapshot is not None:
+                    restore_snapshot(snapshot, db_dir, store)
+                snapshotter = KvSnapshotter(
+                    store, kv_dir / "snapshots", num_retained=self.snapshot_num_retained, base=snapshot
+                )
+            kv = KvTablet.open(
+                db_dir,
+                info,
+                log_tablet,
+                flushed_offset=0 if snapshot is None else snapshot.log_offset,
+                row_count=0 if snapshot is None else snapshot.row_count,
+                rocksdb=self.rocksdb,
+                bucket=bucket.bucket,
             )
-            return snapshot, snapshotter
+            return snapshot, snapshotter, kv
 
         loop = asyncio.get_running_loop()
-        snapshot, snapshotter = await loop.run_in_executor(self.executor, restore)
+        pending = loop.run_in_executor(self._open_executor, restore_and_open)
+        try:
+            snapshot, snapshotter, kv = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            # the thread goes on: close what it opens, or the database stays locked for the next open
+            pending.add_done_callback(_close_opened)
+            raise
         start = 0 if snapshot is None else snapshot.log_offset
         row_count = 0 if snapshot is None else snapshot.row_count
-        kv = KvTablet.open(
-            db_dir,
-            info,
-            log_tablet,
-            flushed_offset=start,
-            row_count=row_count,
-            write_buffer_bytes=self.write_buffer_bytes,
-            bucket=bucket.bucket,
-        )
         kv.use_schemas(replica.schema_history)
         try:
             for _ in iter_recover(
@@ -265,6 +338,42 @@ class KvManager:
         """Bytes of RocksDB memtables and table readers over the open tablets."""
         return sum(entry.kv.memory_usage() for entry in list(self._tablets.values()))
 
+    # ---- idle tablets ------------------------------------------------------------------------
+
+    async def flush_idle(self) -> int:
+        """Flush the memtables of the tablets with no write since the previous call (and more than
+        IDLE_FLUSH_MIN_BYTES in memtables), one at a time in the executor; returns how many."""
+        flushed = 0
+        seen: dict[TableBucket, int] = {}
+        loop = asyncio.get_running_loop()
+        for bucket, entry in list(self._tablets.items()):
+            kv = entry.kv
+            if kv.failed:
+                continue
+            offset = seen[bucket] = kv.flushed_offset
+            if self._idle_seen.get(bucket) != offset or kv.memtable_bytes() < IDLE_FLUSH_MIN_BYTES:
+                continue
+            try:
+                await loop.run_in_executor(self.executor, kv.flush_memtable)
+                flushed += 1
+            except KvStorageError as e:
+                if self._tablets.get(bucket) is entry:  # not closed meanwhile: a real failure
+                    log.error("flushing the memtable of idle kv tablet %s failed: %s", bucket, e)
+        self._idle_seen = seen
+        return flushed
+
+    async def run_idle_flush(self, interval_s: float) -> None:
+        """`flush_idle` every `interval_s` seconds (`kv.rocksdb.idle-flush.interval`), forever."""
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                count = await self.flush_idle()
+            except Exception:
+                log.exception("flushing idle kv tablets failed")
+                continue
+            if count:
+                log.info("flushed the memtables of %d idle kv tablet(s)", count)
+
     async def snapshot_all(self) -> list[CompletedSnapshot]:
         """One snapshot round over every open tablet; failures are logged, not raised."""
         done: list[CompletedSnapshot] = []
@@ -300,6 +409,10 @@ class KvManager:
         self._locks.pop(bucket, None)
 
     def close(self) -> None:
+        for task in list(self._scheduled.values()):
+            task.cancel()
+        self._scheduled.clear()
         for bucket in list(self._tablets):
             self._close(bucket)
         self._locks.clear()
+        self._open_executor.shutdown(wait=True, cancel_futures=True)

@@ -40,16 +40,7 @@ from pathlib import Path
 from typing import Any, cast, overload
 
 import pyarrow as pa
-from rocksdict import (
-    BlockBasedOptions,
-    Checkpoint,
-    DBCompressionType,
-    Options,
-    Rdict,
-    ReadOptions,
-    WriteBatch,
-    WriteOptions,
-)
+from rocksdict import Checkpoint, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from strom.common.config import ChangelogImage, DeleteBehavior
 from strom.common.errors import (
@@ -70,6 +61,7 @@ from strom.server.tablet.kv.auto_increment import auto_increment_column
 from strom.server.tablet.kv.key_check import KeyCheck
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
 from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
+from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
 
 __all__ = ["KvTablet", "PreparedPut", "TabletState"]
@@ -101,24 +93,6 @@ class TabletState:
 
     log_offset: int
     row_count: int | None  # None when not tracked (changelog image WAL)
-
-
-def _db_options(write_buffer_bytes: int | None) -> Options:
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    options.set_compression_type(DBCompressionType.lz4())
-    if write_buffer_bytes:
-        options.set_write_buffer_size(write_buffer_bytes)
-    # Bloom filters, so that reading the old row of a key that was never written (every insert) skips
-    # the search: in SST files as Fluss configures them by default (kv.rocksdb.use-bloom-filter, 10
-    # bits per key, full filters), and in the memtable, where a fresh bucket's rows live. Measured
-    # with rocksdict: a get of an absent key from a 200k-key memtable 0.5-0.6 -> 0.17 us.
-    table = BlockBasedOptions()
-    table.set_bloom_filter(10, False)
-    options.set_block_based_table_factory(table)
-    options.set_memtable_prefix_bloom_ratio(0.1)
-    options.set_memtable_whole_key_filtering(True)
-    return options
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -210,19 +184,22 @@ class KvTablet:
         *,
         flushed_offset: int = 0,
         row_count: int | None = 0,
-        write_buffer_bytes: int | None = None,
+        rocksdb: SharedRocksDb | None = None,
         bucket: int | None = None,
     ) -> KvTablet:
-        """Open (creating when absent) the RocksDB database in `directory`.
+        """Open (creating when absent) the RocksDB database in `directory`. Blocking (tens of ms:
+        RocksDB syncs several files to create a database): servers call it in an executor.
 
         `flushed_offset` and `row_count` describe what the database already holds (a restored
         snapshot); a fresh database holds nothing (0, 0). Row counts are not kept with a WAL image.
-        With `bucket`, a row whose bucket key hashes elsewhere is refused (`KeyCheck`).
+        `rocksdb` holds the tablet server's shared block cache and write-buffer budget (without it the
+        tablet gets resources of its own). With `bucket`, a row whose bucket key hashes elsewhere is
+        refused (`KeyCheck`).
         """
         directory = Path(directory)
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
-            db = Rdict(str(directory), _db_options(write_buffer_bytes))
+            db = Rdict(str(directory), (rocksdb or SharedRocksDb()).options())
             write_options = WriteOptions()
             # the changelog is the write-ahead log; rocksdict's stub declares this property a method
             write_options.disable_wal = True  # type: ignore[method-assign, assignment]
@@ -548,6 +525,17 @@ class KvTablet:
             self._db.property_int_value(name) or 0
             for name in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem")
         )
+
+    def rocksdb_property(self, name: str) -> int | None:
+        """An integer property of the tablet's RocksDB, e.g. `rocksdb.block-cache-capacity`."""
+        self._check_usable()
+        return self._db.property_int_value(name)
+
+    def memtable_bytes(self) -> int:
+        """Bytes of this tablet's RocksDB memtables (charged to the shared write-buffer budget)."""
+        if self._closed:
+            return 0
+        return self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
 
     def multi_get(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The stored value of each key (schema id + row), None when absent."""

@@ -42,6 +42,7 @@ from strom.record.log_batch import (
 )
 from strom.server.tablet.log.background_flush import submit_delete, submit_fsync
 from strom.server.tablet.log.checkpoint import read_offset_checkpoint, write_offset_checkpoint
+from strom.server.tablet.log.lake_hold import LakeHold, RetentionOutcome, Verdict
 from strom.server.tablet.log.leader_epoch import LeaderEpochCache
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.segment import (
@@ -610,40 +611,63 @@ class LogTablet:
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
 
     def apply_retention(self, now_ms: int) -> int:
+        """TTL retention alone (no lake hold); returns the number of segments deleted."""
+        return self.retain(now_ms).deleted
+
+    def retain(self, now_ms: int, hold: LakeHold | None = None) -> RetentionOutcome:
         """Delete the oldest closed segments whose newest batch is older than `retention_ms`, only
-        below the high watermark. Rolls the active segment once it has expired too, so it can go
-        next time. Returns the number of segments deleted."""
+        below the high watermark, and, for a lake-enabled table (`hold`), only those the lake holds
+        (or that the hold bound forces out). Rolls the active segment once it could go too, so it
+        can go next time."""
         self._check_open()
         self._poll_flushes()
         retention = self.config.retention_ms
         if not self.config.retention_enabled or retention is None:
-            return 0
+            return RetentionOutcome()
 
-        def deletable() -> int:
-            count = 0
+        def verdict(end_offset: int, max_timestamp: int) -> Verdict:
+            if hold is None:
+                return Verdict.DELETE if now_ms - max_timestamp > retention else Verdict.KEEP
+            return hold.verdict(end_offset, max_timestamp, now_ms, retention)
+
+        def deletable() -> tuple[int, int, int]:
+            count = forced = 0
+            forced_end = -1
             segments = self._segments
-            while (
-                count + 1 < len(segments)
-                and segments[count + 1].base_offset <= self.high_watermark
-                and now_ms - segments[count].max_timestamp > retention
-            ):
+            while count + 1 < len(segments) and segments[count + 1].base_offset <= self.high_watermark:
+                end = segments[count + 1].base_offset
+                v = verdict(end, segments[count].max_timestamp)
+                if v is Verdict.KEEP or v is Verdict.HOLD:
+                    break
+                if v is Verdict.FORCE:
+                    forced += 1
+                    forced_end = end
                 count += 1
-            return count
+            return count, forced, forced_end
 
-        count = deletable()
+        count, forced, forced_end = deletable()
         active = self._segments[-1]
         if (
             count == len(self._segments) - 1
             and active.size > 0
-            and now_ms - active.max_timestamp > retention
             and self.high_watermark >= self.log_end_offset
+            and verdict(self.log_end_offset, active.max_timestamp) in (Verdict.DELETE, Verdict.FORCE)
         ):
             self.roll()
-            count = deletable()
+            count, forced, forced_end = deletable()
         if count:
             self._delete_oldest(count)
             write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset)
-        return count
+        held = held_bytes = 0
+        if hold is not None:  # what stays past its TTL only because the lake lacks it
+            segments = self._segments
+            for i, segment in enumerate(segments):
+                end = segments[i + 1].base_offset if i + 1 < len(segments) else self.log_end_offset
+                if segment.size == 0 or verdict(end, segment.max_timestamp) is not Verdict.HOLD:
+                    break
+                held += 1
+                held_bytes += segment.size
+        return RetentionOutcome(count, forced, forced_end, held, held_bytes)
 
     def _delete_oldest(self, count: int) -> None:
         if count <= 0:

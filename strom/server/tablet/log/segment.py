@@ -2,7 +2,7 @@
 
 Files are named by the segment's base offset, zero padded to 20 digits:
 `00000000000000001234.log`, `.index` (offset -> position) and `.timeindex` (timestamp -> offset).
-The log file is opened once with O_APPEND; appends are `os.write`, reads are `os.pread`. Only batch
+The log file is opened once with O_APPEND; appends are `os.writev`, reads are `os.pread`. Only batch
 headers are ever parsed, and only where the indexes cannot answer directly.
 
 Not thread-safe: the owning LogTablet serializes all calls.

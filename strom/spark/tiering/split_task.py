@@ -17,7 +17,7 @@ from strom.common.table_descriptor import TableInfo
 from strom.lake import load_lake_storage
 from strom.lake.interface import WriteResult
 from strom.record.change_type import ChangeType
-from strom.spark.tiering.splits import TieringSplit
+from strom.spark.tiering.tiering_splits import TieringSplit
 
 log = logging.getLogger(__name__)
 
