@@ -13,12 +13,15 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.membership import Membership
 from strom.server.store.base import BucketAssignment
+from strom.server.store.ordered import OrderedStore
 from strom.server.store.sqlite import SqliteMetadataStore
 
 
 def controller_with(tmp_path: Path, alive: list[int], isr: tuple[int, ...]) -> Controller:
-    store = SqliteMetadataStore(tmp_path / "metadata.db")
-    store.put_buckets([BucketAssignment(7, None, 0, (0, 1, 2), 0, 3, isr, 5)])
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    sqlite = SqliteMetadataStore(tmp_path / "metadata.db")
+    sqlite.put_buckets([BucketAssignment(7, None, 0, (0, 1, 2), 0, 3, isr, 5)])
+    store = OrderedStore(sqlite)
     membership = Membership(session_timeout=60)
     for server_id in alive:
         membership.register(server_id, "127.0.0.1", 1, None)  # nothing listens: no push is made
@@ -39,7 +42,7 @@ def test_an_isr_expansion_with_a_dead_server_is_refused(tmp_path: Path) -> None:
     result = propose(controller, [0, 1, 2])
     assert result.error_code == IneligibleReplicaError.code
     assert "[2]" in result.error_message
-    assert controller.store.list_buckets(7)[0].isr == (0,)
+    assert controller.store.store.list_buckets(7)[0].isr == (0,)
     result = propose(controller, [0, 1])  # the live one alone is welcome
     assert not result.error_code and list(result.isr) == [0, 1]
 
