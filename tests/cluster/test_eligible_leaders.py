@@ -262,3 +262,47 @@ def test_on_zookeeper_a_killed_replica_waits_for_the_one_stopped_cleanly(cluster
         return sorted((await scanner.to_arrow()).column("id").to_pylist())
 
     assert pyfluss(cluster, read) == list(range(ROWS))
+
+
+@pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+def test_when_every_replica_restarted_uncleanly_the_longest_log_leads(tmp_path: Path) -> None:
+    """The chain that lost 3,132 acknowledged appends in a campaign (docs/reliability.md): every replica
+    of a bucket goes down at once, the first in assignment order by a power cut (its log ends at its
+    last fsync), the others by kill -9 (the page cache kept every record). All three restart after an
+    unclean shutdown, so none is eligible and waiting brings nothing back: a last-resort election.
+    The first in assignment order led with the short log and the others truncated to it; now the
+    coordinator asks each replica for its log and the longest leads."""
+    with power_cut_cluster(tmp_path) as (cluster, mounts):
+        properties = {"table.replication.factor": "3"}
+
+        async def create_and_write(connection: Any) -> None:
+            descriptor = fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
+            await connection.get_admin().create_table(TABLE, descriptor)
+            table = await connection.get_table(TABLE)
+            writer = table.new_append().create_writer()  # acks=all
+            writer.write_arrow(pa.table({"id": range(ROWS), "v": [f"v{i}" for i in range(ROWS)]}, SCHEMA))
+            await writer.flush()
+
+        pyfluss(cluster, create_and_write)
+        wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "a full ISR")
+        a, b, c = bucket_state(cluster)["replicas"]
+        power_cut(cluster, mounts, a)
+        cluster.kill_tablet_server(b)
+        cluster.kill_tablet_server(c)
+        wait_for(lambda: bucket_state(cluster)["leader"] is None, "no leader")
+        for server_id in (a, b, c):
+            cluster.start_tablet_server(server_id)
+        cluster.wait_for_tablet_servers({a, b, c})
+        wait_for(lambda: bucket_state(cluster)["leader"] is not None, "a last-resort leader")
+        assert bucket_state(cluster)["leader"] == b  # the longest logs tie: the first of them
+        wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "every replica back in the ISR", timeout=30)
+
+        async def read(connection: Any) -> list[int]:
+            table = await connection.get_table(TABLE)
+            scanner = await table.new_scan().create_record_batch_log_scanner()
+            scanner.subscribe_buckets({0: fluss.EARLIEST_OFFSET})
+            return sorted((await scanner.to_arrow()).column("id").to_pylist())
+
+        assert pyfluss(cluster, read) == list(range(ROWS))
+        log = cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+        assert f"server {b} has the longest, not {a}" in log

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
+from strom.server.coordinator.leader_election import (
+    Election,
+    change_isr,
+    elect,
+    forget_unclean,
+    prefer_longest_log,
+)
 from strom.server.store.base import BucketAssignment
 
 A, B, C = 0, 1, 2
@@ -47,6 +53,19 @@ def test_every_replica_back_and_none_eligible_elects_the_first() -> None:
     assert kind is Election.WAITING
     a, kind = elect(a, set(), {A, B, C}, min_isr=1)
     assert (a.leader, kind) == (A, Election.LAST_RESORT)
+    assert prefer_longest_log(a, {}) == a  # nobody answered: the first in order stays
+
+
+def test_the_last_resort_prefers_the_latest_epoch_then_the_longest_log() -> None:
+    # the campaign's chain: A lost power (its log ends at its last fsync, epoch 18), B and C were killed
+    a, _ = elect(bucket(None, ()), set(), {A, B, C}, min_isr=2)
+    assert a.leader == A
+    b = prefer_longest_log(a, {A: (18, 3202), B: (40, 6334), C: (40, 6334)})
+    assert (b.leader, b.isr, b.elr, b.leader_epoch) == (B, (B,), (), a.leader_epoch)  # ties: in order
+    assert prefer_longest_log(a, {A: (18, 3202), C: (40, 6334)}).leader == C  # B did not answer
+    # a longer log of an older epoch holds records later leaders overwrote: the later epoch wins
+    assert prefer_longest_log(a, {A: (41, 100), B: (40, 6334)}).leader == A
+    assert prefer_longest_log(a, {A: (40, 6334), B: (40, 6334)}) == a
 
 
 def test_the_last_isr_member_stays_eligible_with_the_default_minimum() -> None:

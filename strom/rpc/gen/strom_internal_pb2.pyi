@@ -247,8 +247,20 @@ class StatusTieringJob(_message.Message):
     def __init__(self, name: _Optional[str] = ..., application_id: _Optional[str] = ..., address: _Optional[str] = ..., principal: _Optional[str] = ..., last_seen_age_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeReplicasRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("on_disk",)
+    ON_DISK_FIELD_NUMBER: _ClassVar[int]
+    on_disk: _containers.RepeatedCompositeFieldContainer[PbBucketOnDisk]
+    def __init__(self, on_disk: _Optional[_Iterable[_Union[PbBucketOnDisk, _Mapping]]] = ...) -> None: ...
+
+class PbBucketOnDisk(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ...) -> None: ...
 
 class DescribeReplicasResponse(_message.Message):
     __slots__ = ("server_id", "replicas")
@@ -259,7 +271,7 @@ class DescribeReplicasResponse(_message.Message):
     def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[StatusReplica, _Mapping]]] = ...) -> None: ...
 
 class StatusReplica(_message.Message):
-    __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers", "lake_log_end_offset", "held_local_segments", "held_local_bytes", "held_remote_segments", "held_remote_bytes")
+    __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers", "lake_log_end_offset", "held_local_segments", "held_local_bytes", "held_remote_segments", "held_remote_bytes", "latest_leader_epoch")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +285,7 @@ class StatusReplica(_message.Message):
     HELD_LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     HELD_REMOTE_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
     HELD_REMOTE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LATEST_LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     partition_id: int
     bucket_id: int
@@ -286,7 +299,8 @@ class StatusReplica(_message.Message):
     held_local_bytes: int
     held_remote_segments: int
     held_remote_bytes: int
-    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., leader: bool = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[StatusFollower, _Mapping]]] = ..., lake_log_end_offset: _Optional[int] = ..., held_local_segments: _Optional[int] = ..., held_local_bytes: _Optional[int] = ..., held_remote_segments: _Optional[int] = ..., held_remote_bytes: _Optional[int] = ...) -> None: ...
+    latest_leader_epoch: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., leader: bool = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., high_watermark: _Optional[int] = ..., followers: _Optional[_Iterable[_Union[StatusFollower, _Mapping]]] = ..., lake_log_end_offset: _Optional[int] = ..., held_local_segments: _Optional[int] = ..., held_local_bytes: _Optional[int] = ..., held_remote_segments: _Optional[int] = ..., held_remote_bytes: _Optional[int] = ..., latest_leader_epoch: _Optional[int] = ...) -> None: ...
 
 class StatusFollower(_message.Message):
     __slots__ = ("server_id", "log_end_offset")

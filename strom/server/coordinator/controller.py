@@ -24,7 +24,14 @@ from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey
 from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
+from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.coordinator.leader_election import (
+    Election,
+    change_isr,
+    elect,
+    forget_unclean,
+    prefer_longest_log,
+)
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.resend import Owed, Resender
 from strom.server.store.base import BucketAssignment
@@ -261,6 +268,7 @@ class Controller:
         async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
+            last_resort: dict[tuple[int, int | None, int], BucketAssignment] = {}
             live = set(self.membership.servers)
             for a in self.store.list_buckets():
                 if server_id not in a.replicas:
@@ -270,10 +278,17 @@ class Controller:
                     a = forget_unclean(a, server_id)
                 if a.leader is None:
                     a, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
-                    self._count(a, kind)
+                    if kind is Election.LAST_RESORT:
+                        last_resort[a.key] = a
+                    else:
+                        self._count(a, kind)
                 if a != before:
                     changed.append(a)
                 hosted.append(a)
+            if last_resort:
+                chosen = await self._prefer_longest_logs(list(last_resort.values()))
+                changed = [chosen.get(a.key, a) for a in changed]
+                hosted = [chosen.get(a.key, a) for a in hosted]
             if changed:
                 await self.store.put_buckets(changed)
                 log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
@@ -294,13 +309,20 @@ class Controller:
         async with self.lock:
             live = set(self.membership.servers) - server_ids
             changed: list[BucketAssignment] = []
+            last_resort: list[BucketAssignment] = []
             for a in self.store.list_buckets():
                 if a.leader not in server_ids and not set(a.isr) & server_ids:
                     continue
                 new, kind = elect(a, server_ids, live, self.min_isr, self._unclean_allowed(a.table_id))
-                self._count(new, kind)
+                if kind is Election.LAST_RESORT:
+                    last_resort.append(new)
+                else:
+                    self._count(new, kind)
                 if new != a:
                     changed.append(new)
+            if last_resort:
+                chosen = await self._prefer_longest_logs(last_resort)
+                changed = [chosen.get(a.key, a) for a in changed]
             if changed:
                 await self.store.put_buckets(changed)
                 log.info(
@@ -319,15 +341,64 @@ class Controller:
         async with self.lock:
             live = set(self.membership.servers)
             changed: list[BucketAssignment] = []
+            last_resort: list[BucketAssignment] = []
             for a in self.store.list_buckets(table_id):
                 if a.leader is None:
                     new, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(table_id))
-                    self._count(new, kind)
+                    if kind is Election.LAST_RESORT:
+                        last_resort.append(new)
+                    else:
+                        self._count(new, kind)
                     if new != a:
                         changed.append(new)
+            if last_resort:
+                chosen = await self._prefer_longest_logs(last_resort)
+                changed = [chosen.get(a.key, a) for a in changed]
             if changed:
                 await self.store.put_buckets(changed)
         await self.notify_leadership(changed)
+
+    async def _prefer_longest_logs(
+        self, elected: list[BucketAssignment]
+    ) -> dict[tuple[int, int | None, int], BucketAssignment]:
+        """Last-resort elections (every replica live, none eligible): each replica reports its log as it
+        lies on disk, and the one with the latest leader epoch, then the longest log, leads rather than
+        the first in assignment order, which may be the one that lost its unflushed tail in a power cut
+        while the others were only killed. A replica that does not answer is passed over; with no
+        answer at all the first in order leads, as before. Counted and logged here."""
+        by_server: dict[int, internal.DescribeReplicasRequest] = {}
+        for a in elected:
+            for server_id in a.replicas:
+                request = by_server.setdefault(server_id, internal.DescribeReplicasRequest())
+                entry = request.on_disk.add(table_id=a.table_id, bucket_id=a.bucket_id)
+                if a.partition_id is not None:
+                    entry.partition_id = a.partition_id
+        servers = list(by_server)
+        answers = await asyncio.gather(
+            *(self.send(s, ApiKey.DESCRIBE_REPLICAS, by_server[s]) for s in servers)
+        )
+        ends: dict[tuple[int, int | None, int], dict[int, tuple[int, int]]] = defaultdict(dict)
+        for server_id, answer in zip(servers, answers, strict=True):
+            if not isinstance(answer, internal.DescribeReplicasResponse):
+                continue
+            for r in answer.replicas:
+                key = (r.table_id, r.partition_id if r.HasField("partition_id") else None, r.bucket_id)
+                epoch = r.latest_leader_epoch if r.HasField("latest_leader_epoch") else -1
+                ends[key][server_id] = (epoch, r.log_end_offset)
+        chosen: dict[tuple[int, int | None, int], BucketAssignment] = {}
+        for a in elected:
+            reported = {s: e for s, e in ends.get(a.key, {}).items() if s in a.replicas}
+            new = prefer_longest_log(a, reported)
+            log.warning(
+                "last-resort election of table %d bucket %d: replica logs (leader epoch, log end) %s%s",
+                a.table_id,
+                a.bucket_id,
+                {s: reported.get(s, "no answer") for s in a.replicas},
+                "" if new.leader == a.leader else f": server {new.leader} has the longest, not {a.leader}",
+            )
+            self._count(new, Election.LAST_RESORT)
+            chosen[a.key] = new
+        return chosen
 
     def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
         def allowed() -> bool:

@@ -368,6 +368,45 @@ class ReplicaManager:
                     opened.close()
                 raise
 
+    async def log_on_disk(self, bucket: TableBucket) -> LogTablet | None:
+        """The log of a bucket this server holds no replica of yet, as it lies on disk: opened (so
+        recovered: a torn tail is cut) and closed again, or None when there is none. The coordinator
+        asks before a last-resort election, to elect the replica with the longest log. The caller
+        reads the closed tablet's log end and leader epochs only."""
+        async with self._opening:  # never beside take_leadership opening the same files
+            if bucket in self.replicas:
+                return self.replicas[bucket].log
+            directory = self._directory_on_disk(bucket)
+            if directory is None:
+                return None
+
+            def open_and_close() -> LogTablet:
+                # The table's own LogConfig is not needed to read the log: recovery checks batches,
+                # not sizes; close() fsyncs what recovery kept, so the next open finds it clean.
+                tablet = LogTablet.open(directory / "log", LogConfig())
+                tablet.close()
+                return tablet
+
+            return await asyncio.to_thread(open_and_close)
+
+    def _directory_on_disk(self, bucket: TableBucket) -> Path | None:
+        """`replica_directory` without the names (the coordinator's question carries ids only)."""
+        table_glob = f"*/*-{bucket.table_id}"
+        if bucket.partition_id is not None:
+            table_glob += f"/*-p{bucket.partition_id}"
+        for directory in self.data_dir.glob(f"{table_glob}/bucket-{bucket.bucket}"):
+            try:
+                meta = json.loads((directory / "replica.json").read_text())
+            except (OSError, ValueError):
+                continue
+            if (meta.get("table_id"), meta.get("partition_id"), meta.get("bucket")) == (
+                bucket.table_id,
+                bucket.partition_id,
+                bucket.bucket,
+            ) and (directory / "log").is_dir():
+                return directory
+        return None
+
     def become_leader_or_follower(
         self,
         bucket: TableBucket,

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from strom.common.table_bucket import TableBucket
 from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.tablet.log.log_tablet import LogTablet
 from strom.server.tablet.replica_manager import Replica
 
 
@@ -28,6 +30,7 @@ def describe_replicas(server_id: int, replicas: Iterable[Replica]) -> internal.D
             held_local_bytes=replica.held_local[1],
             held_remote_segments=replica.held_remote[0],
             held_remote_bytes=replica.held_remote[1],
+            latest_leader_epoch=tablet.leader_epochs.latest_epoch,
         )
         if replica.bucket.partition_id is not None:
             entry.partition_id = replica.bucket.partition_id
@@ -36,3 +39,20 @@ def describe_replicas(server_id: int, replicas: Iterable[Replica]) -> internal.D
                 if follower in replica.replicas:
                     entry.followers.add(server_id=follower, log_end_offset=state.log_end_offset)
     return response
+
+
+def describe_log_on_disk(
+    response: internal.DescribeReplicasResponse, bucket: TableBucket, tablet: LogTablet
+) -> None:
+    """A bucket's log that no replica holds open here (DescribeReplicas' `on_disk`): not a leader."""
+    entry = response.replicas.add(
+        table_id=bucket.table_id,
+        bucket_id=bucket.bucket,
+        leader=False,
+        log_start_offset=tablet.log_start_offset,
+        log_end_offset=tablet.log_end_offset,
+        high_watermark=tablet.high_watermark,
+        latest_leader_epoch=tablet.leader_epochs.latest_epoch,
+    )
+    if bucket.partition_id is not None:
+        entry.partition_id = bucket.partition_id

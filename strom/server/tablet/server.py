@@ -60,7 +60,7 @@ from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
-from strom.server.tablet.replica_status import describe_replicas
+from strom.server.tablet.replica_status import describe_log_on_disk, describe_replicas
 from strom.server.tablet.schema_history import load_schema_history
 
 if TYPE_CHECKING:
@@ -735,7 +735,17 @@ class TabletServer:
         return response
 
     async def _describe_replicas(self, request: Message, ctx: RequestContext) -> Message:
-        return describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+        assert isinstance(request, internal.DescribeReplicasRequest)
+        response = describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+        for entry in request.on_disk:
+            partition = entry.partition_id if entry.HasField("partition_id") else None
+            bucket = TableBucket(entry.table_id, partition, entry.bucket_id)
+            if bucket in self.replica_manager.replicas:
+                continue  # reported above
+            tablet = await self.replica_manager.log_on_disk(bucket)
+            if tablet is not None:
+                describe_log_on_disk(response, bucket, tablet)
+        return response
 
     async def _list_acls(self, request: pb.ListAclsRequest, ctx: RequestContext) -> Message:
         return self.security.list_acls(request, ctx.session)
