@@ -28,6 +28,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.batch_validation import BatchCheck, log_batch_check
+from strom.server.tablet.durable_file import write_file_durably
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
@@ -274,6 +275,28 @@ def replica_directory(
     return path
 
 
+def _ensure_replica_meta(
+    path: Path, bucket: TableBucket, database: str, table: str, partition_name: str | None
+) -> None:
+    """Write the replica's identity file unless a readable one is there. It is written durably, and
+    an unreadable one (a power cut before an older, unsynced write reached the disk leaves it empty)
+    counts as absent, so it is rewritten rather than kept broken forever."""
+    try:
+        if isinstance(json.loads(path.read_bytes()), dict):
+            return
+    except (OSError, ValueError):
+        pass
+    body = {
+        "table_id": bucket.table_id,
+        "partition_id": bucket.partition_id,
+        "bucket": bucket.bucket,
+        "database": database,
+        "table": table,
+        "partition_name": partition_name,
+    }
+    write_file_durably(path, json.dumps(body).encode())
+
+
 def _is_plain_component(name: str) -> bool:
     return (
         bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
@@ -340,20 +363,7 @@ class ReplicaManager:
             self.deleted_tables.discard(bucket.table_id)
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
             directory.mkdir(parents=True, exist_ok=True)
-            meta = directory / "replica.json"
-            if not meta.exists():
-                meta.write_text(
-                    json.dumps(
-                        {
-                            "table_id": bucket.table_id,
-                            "partition_id": bucket.partition_id,
-                            "bucket": bucket.bucket,
-                            "database": database,
-                            "table": table,
-                            "partition_name": partition_name,
-                        }
-                    )
-                )
+            _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
             replica = Replica(bucket, database, table, partition_name, directory, table_info)
             replica.log = LogTablet.open(directory / "log", self.log_config(table_info))
             self.replicas[bucket] = replica
