@@ -284,7 +284,7 @@ class TabletServer:
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
-        self.kv_manager.close()
+        await self.kv_manager.aclose()
         self.replica_manager.close()
         # only now is everything on disk: the next start may trust its replicas
         self.clean_shutdown.record()
@@ -825,6 +825,11 @@ class TabletServer:
                 replica.lake_log_end_offset = max(replica.lake_log_end_offset, entry.log_end_offset)
         return pb.NotifyLakeTableOffsetResponse()
 
+    async def _purge_after_kv_closes(self) -> None:
+        # the kv tablets of the stopped replicas are still closing in the background
+        await self.kv_manager.wait_closed()
+        await asyncio.to_thread(self.replica_manager.purge_trash)
+
     async def _stop_replica(self, request: pb.StopReplicaRequest, ctx: RequestContext) -> Message:
         response = pb.StopReplicaResponse()
         deleted = False
@@ -846,7 +851,7 @@ class TabletServer:
                     asyncio.to_thread(self.kv_manager.delete_snapshots, replica), name="delete-kv-snapshots"
                 )
         if deleted:  # the files of a dropped table's replicas go off the event loop (many, for a big log)
-            self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
+            self._tasks.spawn(self._purge_after_kv_closes(), name="purge-trash")
         return response
 
 
