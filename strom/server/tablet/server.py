@@ -56,6 +56,7 @@ from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
 from strom.server.tablet.log.lake_hold import RetentionOutcome, lake_hold
 from strom.server.tablet.log.log_config import LogConfig
+from strom.server.tablet.log.log_tablet import TieredCopies
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
@@ -383,7 +384,7 @@ class TabletServer:
                     if "retention" in due and not replica.table_info.has_primary_key:
                         # a lake-enabled table's segments also wait for the lake (lake_hold.py)
                         hold = lake_hold(replica.table_info.properties, replica.lake_log_end_offset)
-                        outcome = tablet.retain(now_ms, hold)
+                        outcome = tablet.retain(now_ms, hold, self._tiered_copies(replica))
                         if outcome.deleted:
                             log.info("retention deleted %d segment(s) of %s", outcome.deleted, replica.bucket)
                         self._on_retention(replica, "local", outcome)
@@ -391,6 +392,17 @@ class TabletServer:
                         tablet.remove_expired_writers(now_ms)
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
+
+    def _tiered_copies(self, replica: Replica) -> TieredCopies | None:
+        """For the leader of a log that is tiered: how far its remote copy reaches (nothing until
+        its manifest is loaded) and `table.log.local-ttl`, which then rules local retention."""
+        if self.remote_logs is None or not replica.is_leader(self.server_id):
+            return None
+        remote = replica.remote
+        return TieredCopies(
+            copied_end=0 if remote is None else remote.end_offset or 0,
+            local_ttl_ms=int(replica.table_info.log_local_ttl.total_seconds() * 1000),
+        )
 
     def _on_retention(self, replica: Replica, tier: str, outcome: RetentionOutcome) -> None:
         """Record what a retention pass held for the lake, and shout when the hold bound deleted
