@@ -54,6 +54,12 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--large", action="store_true", help="a bigger run (minutes instead of about one)")
     p.add_argument("--runs", type=int, default=3, help="runs of each measurement; the median is reported")
     p.add_argument("--json", action="store_true", help="print rows as JSON lines (for bench/run_all.py)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest run, one of each measurement: it shows the benchmark still works (the test "
+        "suite runs it), its figures mean nothing",
+    )
     return p
 
 
@@ -81,14 +87,19 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 @contextlib.contextmanager
 def cluster(
-    tablet_servers: int = 1, config: dict[str, str] | None = None, metrics: bool = False
+    tablet_servers: int = 1,
+    config: dict[str, str] | None = None,
+    metrics: bool = False,
+    zookeeper: str | None = None,
 ) -> Iterator[Cluster]:
     """Real server processes in a temporary directory; with `metrics`, each serves Prometheus metrics
-    (its `metrics_address`)."""
+    (its `metrics_address`); with `zookeeper` (host:port), the metadata lives there."""
     from strom.server.local_cluster import serve_metrics
 
     with tempfile.TemporaryDirectory() as tmp:
-        running = Cluster(Path(tmp) / "cluster", tablet_servers=tablet_servers, config=config)
+        running = Cluster(
+            Path(tmp) / "cluster", tablet_servers=tablet_servers, config=config, zookeeper=zookeeper
+        )
         if metrics:
             serve_metrics([*running.coordinators, *running.tablet_servers.values()], "127.0.0.1")
         running.start()

@@ -8,7 +8,7 @@ after it; the killed server is restarted and back in the ISR before the next kil
 leader must open its KV tablet first (newest snapshot plus the changelog after it), which is why the
 table gets its snapshot taken before the kills, as a production table would have.
 
-    .venv/bin/python bench/failover.py [--kills 5] [--keys 1000000] [--session-timeout 10s]
+    .venv/bin/python bench/failover.py [--kills 5] [--keys 1000000] [--session-timeout 10s] [--smoke]
 """
 
 from __future__ import annotations
@@ -71,12 +71,17 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=5)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--session-timeout", default="10s")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest run: it shows the benchmark still works"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.kills, args.keys = 1, 1_000
     config = {
         "tablet-server.session.timeout": args.session_timeout,
         "tablet-server.heartbeat.interval": "1s",
         "log.replica.max-lag-time": "2s",
-        "kv.snapshot.interval": "15s",
+        "kv.snapshot.interval": "2s" if args.smoke else "15s",
     }
     with tempfile.TemporaryDirectory(prefix="strom-failover-") as base:
         cluster = Cluster(Path(base), tablet_servers=3, config=config).start()

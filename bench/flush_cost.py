@@ -9,7 +9,7 @@ Each row prints the flushed figure as "strom", the default as the reference, and
 better, so a ratio of 0.5 means flushing halves throughput or doubles latency). The fsyncs run on the
 disk of this machine; on a shared machine the other tenants' writes make them slower and noisier.
 
-    .venv/bin/python bench/flush_cost.py [--writes 300] [--mb 60] [--runs 1] [--json]
+    .venv/bin/python bench/flush_cost.py [--writes 300] [--mb 60] [--runs 1] [--json] [--smoke]
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ def main() -> None:
     p.add_argument("--mb", type=int, default=60)
     p.set_defaults(runs=1)
     args = p.parse_args()
+    if args.smoke:
+        args.writes, args.mb = 20, 2
     scale = 5 if args.large else 1
     base = run_cluster(False, args.writes * scale, args.mb * scale, args.runs)
     flushed = run_cluster(True, args.writes * scale, args.mb * scale, args.runs)

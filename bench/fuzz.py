@@ -3,7 +3,7 @@ with a client and an internal listener, reporting frames/s, answers by error cod
 the run, and whether the reference table survived byte for byte. The test suite runs the same fuzzer
 for a few thousand frames; this is for millions.
 
-    .venv/bin/python bench/fuzz.py [--frames 1000000] [--seed N] [--pipeline 200]
+    .venv/bin/python bench/fuzz.py [--frames 1000000] [--seed N] [--pipeline 200] [--smoke]
 """
 
 from __future__ import annotations
@@ -35,7 +35,12 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--pipeline", type=int, default=200, help="frames per connection round")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the smallest run: it shows the benchmark still works"
+    )
     args = parser.parse_args()
+    if args.smoke:
+        args.frames, args.seed = 1_000, 1 if args.seed is None else args.seed
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="strom-fuzz-") as base:

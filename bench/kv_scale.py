@@ -7,7 +7,7 @@ writer's flush returns once every bucket acknowledged), the time until the leade
 open (the tablet server's `kv tablets open` log line), and the tablet server's resident memory before
 and after, with the growth per bucket.
 
-    .venv/bin/python bench/kv_scale.py [--buckets 128] [--tablet-servers 1] [--config key=value ...]
+    .venv/bin/python bench/kv_scale.py [--buckets 128] [--tablet-servers 1] [--config key=value ...] [--smoke]
 """
 
 from __future__ import annotations
@@ -148,7 +148,12 @@ def main() -> None:
     p.add_argument("--tablet-servers", type=int, default=1)
     p.add_argument("--config", action="append", default=[], help="key=value for every server")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument(
+        "--smoke", action="store_true", help="the smallest run: it shows the benchmark still works"
+    )
     args = p.parse_args()
+    if args.smoke:
+        args.buckets = 4
     with local_cluster(args.tablet_servers, args.config) as (bootstrap, pids, data_dir):
         figures = asyncio.run(measure(bootstrap, args.buckets, pids))
         time.sleep(0.5)  # the last log lines reach the files

@@ -3,7 +3,7 @@ os.write to a file through a LazyMount against the same appends to a plain direc
 and pyfluss appending to a tablet server whose data directory is on a LazyMount against one on the
 plain disk. Not a Strom figure: it tells how much slower a fault campaign's servers write.
 
-    .venv/bin/python bench/lazyfs_overhead.py [--large] [--runs 3] [--json]
+    .venv/bin/python bench/lazyfs_overhead.py [--large] [--runs 3] [--json] [--smoke]
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ def pyfluss_mb_per_s(data_dir_on_mount: bool, total: int, runs: int) -> float:
 def main() -> None:
     args = parser(__doc__).parse_args()
     total = (256 if args.large else 64) << 20
+    fluss_total = (512 if args.large else 128) << 20
+    if args.smoke:
+        total, fluss_total, args.runs = 2 << 20, 8 << 20, 1
     rows: list[Row] = []
     with places() as (plain, mounted):
         for chunk, fsync_every, label in (
@@ -103,7 +106,6 @@ def main() -> None:
                 args.runs, functools.partial(append_mb_per_s, plain, total, chunk, fsync_every)
             )
             rows.append(Row(f"{label}, LazyMount", lazy, direct, "MB/s", "plain dir"))
-    fluss_total = (512 if args.large else 128) << 20
     rows.append(
         Row(
             "pyfluss append, data dir on LazyMount",

@@ -78,7 +78,12 @@ async def strom_run(
     read_server_cpu, read_client_cpu = cpu_seconds(server) - server_cpu, cpu_seconds() - client_cpu
     await connection.close()
     return StromRun(
-        write_seconds, read_seconds, result.num_rows, write_server_cpu, write_client_cpu, read_server_cpu,
+        write_seconds,
+        read_seconds,
+        result.num_rows,
+        write_server_cpu,
+        write_client_cpu,
+        read_server_cpu,
         read_client_cpu,
     )
 
@@ -145,6 +150,8 @@ def main() -> None:
     p.add_argument("--buckets", type=int, default=2)
     p.add_argument("--columns", type=int, default=20, help="columns of the Arrow batches")
     args = p.parse_args()
+    if args.smoke:
+        args.mb, args.runs = 2, 1
     # batches of ~2 MB, what pyfluss's writer.batch-size (2 MiB) sends as one batch
     sample = wide_batch(1000, args.columns)
     batch = wide_batch(max(1000, 2_000_000 * 1000 // sample.nbytes), args.columns)
@@ -181,7 +188,9 @@ def main() -> None:
     # pyfluss and the tablet server share this machine's cores: even a server that spent no more CPU
     # per GB than the file append itself could not append faster than this.
     cores = os.cpu_count() or 1
-    ceiling_mbps = cores * 1000 / (per_gb("write_client_cpu") + file_per_gb)
+    # a run too small for the CPU clock's 10 ms ticks (--smoke) can measure no CPU at all
+    cpu_per_gb = per_gb("write_client_cpu") + file_per_gb
+    ceiling_mbps = cores * 1000 / cpu_per_gb if cpu_per_gb else float("inf")
     report(
         [
             Row(

@@ -133,6 +133,8 @@ def main() -> None:
     keys = args.keys * (10 if args.large else 1)
     single = 5000 if args.large else 2000
     seconds = 20.0 if args.large else 5.0
+    if args.smoke:
+        keys, single, seconds, args.runs = 1_000, 100, 0.5, 1
     with cluster() as running:
         asyncio.run(load(running.bootstrap, keys))
         runs = [

@@ -87,6 +87,8 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", type=int, default=200_000)
     args = p.parse_args()
+    if args.smoke:
+        args.rows, args.runs = 5_000, 1
     rows = args.rows * (5 if args.large else 1)
     data = make_table(rows)
     keys, values = encoded(data)

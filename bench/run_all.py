@@ -2,7 +2,7 @@
 same run, their ratio (higher is better) and the target (docs/performance.md). Each benchmark runs as
 its own process with `--json`; `--large` and `--runs` are passed on.
 
-    .venv/bin/python bench/run_all.py [--large] [--runs 3] [--only log_throughput,lookup]
+    .venv/bin/python bench/run_all.py [--large] [--runs 3] [--only log_throughput,lookup] [--smoke]
 """
 
 from __future__ import annotations
@@ -45,9 +45,15 @@ def main() -> None:
     parser.add_argument("--large", action="store_true")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", help="comma-separated benchmark names")
+    parser.add_argument("--smoke", action="store_true", help="each at its smallest size: that they still run")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else BENCHMARKS
-    extra = ["--runs", str(args.runs), *(["--large"] if args.large else [])]
+    extra = [
+        "--runs",
+        str(args.runs),
+        *(["--large"] if args.large else []),
+        *(["--smoke"] if args.smoke else []),
+    ]
 
     from rich.console import Console
     from rich.table import Table

@@ -2,7 +2,7 @@
 the official pyfluss client reading the same table in the same run. Spark starts once, outside the
 timing (local[2]); each figure is the median of --runs.
 
-    .venv/bin/python bench/spark_read.py [--rows 2000000] [--large] [--json]
+    .venv/bin/python bench/spark_read.py [--rows 2000000] [--large] [--json] [--smoke]
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import statistics
 import time
 
 import fluss
-from common import Row, cluster, parser, report
-from projection import BUCKETS, make_batch, write
+from common import Row, cluster, parser, report, wide_batch
+from projection import BUCKETS, COLUMNS, write
 
 
 async def pyfluss_read(bootstrap: str) -> tuple[float, int]:
@@ -32,8 +32,10 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", type=int, default=2_000_000)
     args = p.parse_args()
+    if args.smoke:
+        args.rows, args.runs = 20_000, 1
     rows = args.rows * (5 if args.large else 1)
-    batch = make_batch(20_000)
+    batch = wide_batch(20_000, COLUMNS)
     import strom.spark
 
     spark = strom.spark.session(app="strom-bench")

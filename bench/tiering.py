@@ -91,6 +91,8 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", type=int, default=1_000_000)
     args = p.parse_args()
+    if args.smoke:
+        args.rows, args.runs = 20_000, 1
     rows = args.rows * (5 if args.large else 1)
     data = make_table(rows)
     with tempfile.TemporaryDirectory() as lake_dir:

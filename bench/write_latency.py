@@ -73,6 +73,8 @@ def main() -> None:
     p = parser(__doc__)
     p.add_argument("--writes", type=int, default=2000)
     args = p.parse_args()
+    if args.smoke:
+        args.writes, args.runs = 50, 1
     writes = args.writes * (5 if args.large else 1)
     payload = small_batch().serialize().to_pybytes()
     with cluster() as running:

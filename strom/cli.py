@@ -9,9 +9,12 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import click
+
+if TYPE_CHECKING:
+    from strom.common.config import ConfigOption
 
 
 def parse_config_file(path: Path) -> dict[str, str]:
@@ -82,6 +85,30 @@ config_file_option = click.option(
 )
 
 
+def _server_setting(
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
+    config_file: Path | None,
+    config_pairs: tuple[str, ...],
+    host_option: ConfigOption[str | None],
+    port_option: ConfigOption[str],
+) -> tuple[str, int, dict[str, str], Path]:
+    """A server's listen address, configuration and data directory: flags over --config over the file."""
+    from strom.common.config import Configuration
+    from strom.common.errors import InvalidConfigError
+    from strom.server import server_options
+
+    file_config = parse_config_file(config_file) if config_file else {}
+    try:
+        host, port, config = server_options.listen_address(
+            host, port, file_config, parse_config_pairs(config_pairs), host_option, port_option, "127.0.0.1"
+        )
+        return host, port, config, server_options.data_dir(data_dir, Configuration(config))
+    except InvalidConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
 @click.group()
 def main() -> None:
     """Strom: Apache Fluss rebuilt in Python."""
@@ -109,26 +136,12 @@ def coordinator(
 ) -> None:
     """Run a coordinator server (a Fluss server.yaml alone is enough: --config-file)."""
     from strom.common import config as options
-    from strom.common.config import Configuration
-    from strom.common.errors import InvalidConfigError
-    from strom.server import server_options
     from strom.server.coordinator.server import CoordinatorServer
 
     _setup_logging(log_level)
-    file_config = parse_config_file(config_file) if config_file else {}
-    try:
-        host, port, config = server_options.listen_address(
-            host,
-            port,
-            file_config,
-            parse_config_pairs(config_pairs),
-            options.COORDINATOR_HOST,
-            options.COORDINATOR_PORT,
-            "127.0.0.1",
-        )
-        directory = server_options.data_dir(data_dir, Configuration(config))
-    except InvalidConfigError as e:
-        raise click.UsageError(str(e)) from None
+    host, port, config, directory = _server_setting(
+        host, port, data_dir, config_file, config_pairs, options.COORDINATOR_HOST, options.COORDINATOR_PORT
+    )
 
     async def start() -> CoordinatorServer:
         server = CoordinatorServer(host=host, port=port, data_dir=directory, config=config)
@@ -175,18 +188,11 @@ def tablet_server(
     from strom.server.tablet.server import TabletServer
 
     _setup_logging(log_level)
-    file_config = parse_config_file(config_file) if config_file else {}
+    host, port, config, directory = _server_setting(
+        host, port, data_dir, config_file, config_pairs,
+        options.TABLET_SERVER_HOST, options.TABLET_SERVER_PORT,
+    )
     try:
-        host, port, config = server_options.listen_address(
-            host,
-            port,
-            file_config,
-            parse_config_pairs(config_pairs),
-            options.TABLET_SERVER_HOST,
-            options.TABLET_SERVER_PORT,
-            "127.0.0.1",
-        )
-        directory = server_options.data_dir(data_dir, Configuration(config))
         server_id = server_options.tablet_server_id(server_id, Configuration(config))
     except InvalidConfigError as e:
         raise click.UsageError(str(e)) from None

@@ -17,17 +17,18 @@ from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.store.ordered import OrderedStore
 from strom.server.store.sqlite import SqliteMetadataStore
 
 
-def make_service(tmp_path: Path) -> MetadataService:
-    store = SqliteMetadataStore(tmp_path / "metadata.db")
+async def make_service(tmp_path: Path) -> MetadataService:
+    store = OrderedStore(SqliteMetadataStore(tmp_path / "metadata.db"))
     membership = Membership(session_timeout=60)
     membership.register(0, "127.0.0.1", 1, None)  # placement only: nothing listens there
     node = pb.PbServerNode(node_id=0, host="127.0.0.1", port=9123)
     controller = Controller(store, membership, ConnectionPool(connect_timeout=0.2), 0, node)
     service = MetadataService(store, Configuration(), membership, controller, node)
-    service.ensure_default_database()
+    await service.ensure_default_database()
     return service
 
 
@@ -61,7 +62,7 @@ def partition_names(service: MetadataService) -> list[str]:
 
 def test_precreates_days_and_expires_old_ones(tmp_path: Path) -> None:
     async def main() -> None:
-        service = make_service(tmp_path)
+        service = await make_service(tmp_path)
         manager = AutoPartitionManager(service)
         await service.create_table(create_request("DAY", 3, 2), None)
         table = service.store.get_table("fluss", "events")
@@ -77,7 +78,7 @@ def test_precreates_days_and_expires_old_ones(tmp_path: Path) -> None:
 
 def test_hourly_partitions(tmp_path: Path) -> None:
     async def main() -> None:
-        service = make_service(tmp_path)
+        service = await make_service(tmp_path)
         await service.create_table(create_request("HOUR", 2, -1), None)
         table = service.store.get_table("fluss", "events")
         assert table is not None

@@ -24,8 +24,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import fsspec
-
+from strom.common.file_io import load_file_io
 from strom.record.log_batch import LOG_OVERHEAD, V0_HEADER_SIZE, iter_batches, read_header
 from strom.rpc.gen import fluss_api_pb2 as pb
 
@@ -145,8 +144,7 @@ class RemoteLogReader:
             _, unfinished = await asyncio.wait(pending, timeout=CLOSE_WAIT)
         if unfinished:
             log.warning(
-                "%d remote log segment download(s) still running after %.0fs; their copies may be left "
-                "in %s",
+                "%d remote log segment download(s) still running after %.0fs; their copies may be left in %s",
                 len(unfinished),
                 CLOSE_WAIT,
                 self._dir,
@@ -166,8 +164,8 @@ def _download(remote: str, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".part")
     try:
-        fs, fs_path = fsspec.core.url_to_fs(remote)
-        fs.get_file(fs_path, str(partial))
+        location = load_file_io(remote)
+        location.fs.get_file(location.path, str(partial))
     except OSError:
         raise
     except Exception as e:  # file systems raise their own errors; the reader reports OSError

@@ -32,13 +32,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-import fsspec
 import pyarrow as pa
 
 from strom.client.closing import Closing
 from strom.client.lookup.value_decoder import ValueDecoder
 from strom.client.scanner.scan_records import ScanBatch
 from strom.common.errors import FlussError, KvSnapshotNotExistError, KvStorageError
+from strom.common.file_io import load_file_io
 from strom.common.table_bucket import TableBucket
 from strom.record.change_type import ChangeType
 from strom.rpc.api import ApiKey
@@ -161,8 +161,8 @@ class SnapshotReader:
         from rocksdict import AccessType, Options, Rdict
 
         def fetch(f: SnapshotFile) -> None:
-            fs, path = fsspec.core.url_to_fs(f.remote_path)
-            fs.get_file(path, str(directory / f.local_name))
+            location = load_file_io(f.remote_path)
+            location.fs.get_file(location.path, str(directory / f.local_name))
 
         try:
             with ThreadPoolExecutor(self._download_threads, thread_name_prefix="strom-kv-download") as pool:

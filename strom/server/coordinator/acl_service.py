@@ -25,7 +25,7 @@ from strom.security.acl import (
 )
 from strom.security.authorizer import Authorizer
 from strom.security.layer import SecurityLayer
-from strom.server.store.base import MetadataStore
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _document_key(resource: Resource) -> str:
 
 
 class AclService:
-    def __init__(self, store: MetadataStore, security: SecurityLayer) -> None:
+    def __init__(self, store: OrderedStore, security: SecurityLayer) -> None:
         self.store = store
         self.security = security
         self._lock = asyncio.Lock()
@@ -63,11 +63,11 @@ class AclService:
             session.principal, session.host, OperationType.ALL, resource.acl_owner()
         )
 
-    def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset[AclEntry]) -> None:
+    async def _store(self, authorizer: Authorizer, resource: Resource, entries: frozenset[AclEntry]) -> None:
         if entries:
-            self.store.put_document(_document_key(resource), encode_entries(set(entries)))
+            await self.store.put_document(_document_key(resource), encode_entries(set(entries)))
         else:
-            self.store.delete_documents(_document_key(resource))
+            await self.store.delete_documents(_document_key(resource))
         authorizer.set_entries(resource, entries)
 
     async def create_acls(self, request: pb.CreateAclsRequest, ctx: RequestContext) -> pb.CreateAclsResponse:
@@ -87,7 +87,7 @@ class AclService:
                             f"resource {resource.acl_owner()} (needed to manage ACLs of {resource})"
                         )
                     entries = authorizer.entries(resource) | {binding.entry}
-                    self._store(authorizer, resource, entries)
+                    await self._store(authorizer, resource, entries)
                     log.info("ACL added by %s: %s %s", ctx.session.principal, resource, binding.entry)
                 except FlussError as e:
                     result.error_code = e.code
@@ -122,7 +122,7 @@ class AclService:
                             entry.acl.CopyFrom(binding.to_pb())
                         continue
                     remaining = authorizer.entries(resource) - {b.entry for b in removed}
-                    self._store(authorizer, resource, remaining)
+                    await self._store(authorizer, resource, remaining)
                     for binding in removed:
                         result.matching_acls.add().acl.CopyFrom(binding.to_pb())
                         log.info("ACL removed by %s: %s %s", ctx.session.principal, resource, binding.entry)

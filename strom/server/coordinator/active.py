@@ -42,6 +42,7 @@ from strom.server.coordinator.metadata_service import MetadataService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.store.base import MetadataStore, TableRecord
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,44 @@ WAIT_UNTIL_READY = (ApiKey.GET_METADATA, ApiKey.CREATE_TABLE, ApiKey.CREATE_PART
 
 
 class ActiveCoordinator:
+    @classmethod
+    async def create(
+        cls,
+        *,
+        store: MetadataStore,
+        config: Configuration,
+        node: pb.PbServerNode,
+        data_dir: Path,
+        pool: ConnectionPool,
+        liveness: Callable[[ActiveCoordinator], Liveness],
+        security: SecurityLayer,
+    ) -> ActiveCoordinator:
+        """Take over `store`: bump the coordinator epoch (which fences the previous coordinator's
+        writes) and make sure the default database exists. Nothing here blocks the event loop."""
+        ordered = OrderedStore(store)
+        try:
+            epoch = await ordered.bump_coordinator_epoch()
+            active = cls(
+                store=ordered,
+                coordinator_epoch=epoch,
+                config=config,
+                node=node,
+                data_dir=data_dir,
+                pool=pool,
+                liveness=liveness,
+                security=security,
+            )
+            await active.metadata.ensure_default_database()
+        except BaseException:
+            await ordered.close()  # the store and its thread: nothing else holds them
+            raise
+        return active
+
     def __init__(
         self,
         *,
-        store: MetadataStore,
+        store: OrderedStore,
+        coordinator_epoch: int,
         config: Configuration,
         node: pb.PbServerNode,
         data_dir: Path,
@@ -115,7 +150,7 @@ class ActiveCoordinator:
         self.config = config
         self.node = node
         self.pool = pool
-        self.coordinator_epoch = store.bump_coordinator_epoch()
+        self.coordinator_epoch = coordinator_epoch
         self.membership = Membership(self.config.get(options.TABLET_SERVER_SESSION_TIMEOUT).total_seconds())
         # The services HANDLERS reads carry their types, since HANDLERS comes before this class.
         self.controller: Controller = Controller(
@@ -131,7 +166,6 @@ class ActiveCoordinator:
         self.metadata: MetadataService = MetadataService(
             store, self.config, self.membership, self.controller, node
         )
-        self.metadata.ensure_default_database()
         self.auto_partitions = AutoPartitionManager(self.metadata)
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake: LakeService = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
@@ -164,7 +198,7 @@ class ActiveCoordinator:
             if self._unclean_start_is_new(server_id, unclean_start):
                 log.info("tablet server %d started after an unclean shutdown", server_id)
                 await self.controller.on_server_registered(server_id, unclean=True)
-                self._unclean_start_acted_on(server_id, unclean_start)
+                await self._unclean_start_acted_on(server_id, unclean_start)
         await self.controller.broadcast_servers()
         await self.controller.notify_leadership(self.store.list_buckets())
         supervise(self._startup_grace, name="startup-grace", tasks=self._tasks)
@@ -210,25 +244,35 @@ class ActiveCoordinator:
         self.failure_detector.watch(server)
         await self.controller.on_server_registered(server.server_id, unclean=unclean)
         if unclean and unclean_start is not None:
-            self._unclean_start_acted_on(server.server_id, unclean_start)
+            await self._unclean_start_acted_on(server.server_id, unclean_start)
 
     def _unclean_start_is_new(self, server_id: int, unclean_start: int) -> bool:
         return self.store.get_document(f"{_UNCLEAN_STARTS}{server_id:010d}") != str(unclean_start).encode()
 
-    def _unclean_start_acted_on(self, server_id: int, unclean_start: int) -> None:
-        self.store.put_document(f"{_UNCLEAN_STARTS}{server_id:010d}", str(unclean_start).encode())
+    async def _unclean_start_acted_on(self, server_id: int, unclean_start: int) -> None:
+        await self.store.put_document(f"{_UNCLEAN_STARTS}{server_id:010d}", str(unclean_start).encode())
 
-    async def servers_dead(self, servers: list[LiveServer]) -> None:
-        """These servers (already out of the membership) are gone: move their leadership."""
+    async def servers_dead(self, servers: list[LiveServer], still_listed: bool = False) -> None:
+        """These servers are gone: move their leadership. `still_listed`: they are still in the
+        membership, and leave it once the store holds their buckets' new leaders (see _confirmed_dead)."""
         for server in servers:
             self.failure_detector.unwatch(server.server_id)
+
+        def leave() -> None:
+            for server in servers:
+                self.membership.remove(server.server_id, server.session_id)
+
+        ids = {s.server_id for s in servers}
+        await self.controller.on_servers_dead(ids, moved=leave if still_listed else None)
         await self.liveness.forget(servers)
-        await self.controller.on_servers_dead({s.server_id for s in servers})
 
     async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
-        server = self.membership.remove(server_id, session_id)
-        if server is not None:
-            await self.servers_dead([server])
+        # The server stays listed until its leadership has moved: the store write takes a moment now
+        # that it is off the event loop, and a Metadata answer of that moment naming a leader missing
+        # from its own server list makes pyfluss 1.0 stop writing to the bucket for good.
+        server = self.membership.servers.get(server_id)
+        if server is not None and server.session_id == session_id:
+            await self.servers_dead([server], still_listed=True)
 
     def _when_ready(self, handler: Handler) -> Handler:
         async def gated(request: Any, ctx: RequestContext) -> Message:
@@ -289,11 +333,11 @@ class ActiveCoordinator:
         # table.unclean.leader.election.enabled may have been set for a bucket waiting for a leader
         await self.controller.elect_waiting(record.table_id)
 
-    def _table_dropped(self, table_id: int) -> None:
-        self.lake.on_table_dropped(table_id)
-        self.kv_snapshots.drop_table(table_id)
-        self.remote_logs.drop_table(table_id)
-        self.auto_increment.drop_table(table_id)
+    async def _table_dropped(self, table_id: int) -> None:
+        await self.lake.on_table_dropped(table_id)
+        await self.kv_snapshots.drop_table(table_id)
+        await self.remote_logs.drop_table(table_id)
+        await self.auto_increment.drop_table(table_id)
 
     async def _create_lake_table(self, info: TableInfo) -> None:
         """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from strom.common.errors import TableNotExistError, UnknownServerError
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.server.store.base import MetadataStore
+from strom.server.store.ordered import OrderedStore
 
 _PREFIX = "auto_increment"
 
@@ -21,7 +22,7 @@ def _key(table_id: int, column_id: int | None = None) -> str:
 
 
 class AutoIncrementService:
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: OrderedStore) -> None:
         self.store = store
 
     async def allocate(
@@ -32,8 +33,10 @@ class AutoIncrementService:
         if self.store.get_table_by_id(request.table_id) is None:
             raise TableNotExistError(f"table id {request.table_id} does not exist")
         key = _key(request.table_id, request.column_id)
-        with self.store.transaction():
-            stored = self.store.get_document(key)
+
+        def take_range(store: MetadataStore) -> int:
+            # read and advance the counter in one transaction on the store thread: ranges never overlap
+            stored = store.get_document(key)
             last = 0 if stored is None else int(stored)
             end = last + request.count
             if end > 2**63 - 1:
@@ -42,8 +45,11 @@ class AutoIncrementService:
                     f"the auto-increment sequence of table id {request.table_id} column id "
                     f"{request.column_id} is exhausted (last id {last})"
                 )
-            self.store.put_document(key, str(end).encode())
+            store.put_document(key, str(end).encode())
+            return last
+
+        last = await self.store.atomically(take_range)
         return internal.AllocateAutoIncrementIdsResponse(start=last + 1)
 
-    def drop_table(self, table_id: int) -> None:
-        self.store.delete_documents(_key(table_id))
+    async def drop_table(self, table_id: int) -> None:
+        await self.store.delete_documents(_key(table_id))

@@ -26,7 +26,8 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.leader_election import Election, change_isr, elect, forget_unclean
 from strom.server.coordinator.membership import Membership
 from strom.server.coordinator.resend import Owed, Resender
-from strom.server.store.base import BucketAssignment, MetadataStore
+from strom.server.store.base import BucketAssignment
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ def assign_replicas(
 class Controller:
     def __init__(
         self,
-        store: MetadataStore,
+        store: OrderedStore,
         membership: Membership,
         pool: ConnectionPool,
         coordinator_epoch: int,
@@ -273,19 +274,21 @@ class Controller:
                     changed.append(a)
                 hosted.append(a)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
         # A returning server may have missed AlterTable's UpdateMetadata (it was down or frozen): it
         # learns its tables' current schemas before it leads or follows them again.
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
 
-    async def on_servers_dead(self, server_ids: set[int], still_registered: bool = False) -> None:
+    async def on_servers_dead(
+        self, server_ids: set[int], still_registered: bool = False, moved: Callable[[], None] | None = None
+    ) -> None:
         """Move leadership away from dead servers to live eligible replicas (or leave the bucket
         waiting for one); dead followers leave the ISR.
 
         `still_registered`: the ids are registered again already (restarted processes), so they get
-        the new leadership too, as followers.
+        the new leadership too, as followers. `moved` runs once the store holds the new leadership.
         """
         async with self.lock:
             live = set(self.membership.servers) - server_ids
@@ -298,12 +301,14 @@ class Controller:
                 if new != a:
                     changed.append(new)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
                 log.info(
                     "servers %s gone: %d bucket(s) changed leadership or ISR",
                     sorted(server_ids),
                     len(changed),
                 )
+            if moved is not None:
+                moved()
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
@@ -320,7 +325,7 @@ class Controller:
                     if new != a:
                         changed.append(new)
             if changed:
-                self.store.put_buckets(changed)
+                await self.store.put_buckets(changed)
         await self.notify_leadership(changed)
 
     def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
@@ -413,7 +418,7 @@ class Controller:
                     result.bucket_epoch = a.bucket_epoch
                     result.coordinator_epoch = self.coordinator_epoch
             if accepted:
-                self.store.put_buckets(accepted)
+                await self.store.put_buckets(accepted)
                 for a in accepted:
                     log.info(
                         "ISR of table %d bucket %d (partition %s) is now %s (ELR %s)",

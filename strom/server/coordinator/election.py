@@ -16,6 +16,7 @@ A coordinator that loses its ZooKeeper session steps down and, once reconnected,
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -129,7 +130,9 @@ class CoordinatorElection:
             log.info("coordinator %s won the election", self.coordinator_id)
             self.active = True
             try:
-                store = await call(ZooKeeperMetadataStore, self.zk, self.paths, self._fenced)
+                # the store commits on its own thread (store/ordered.py): the news comes back to the loop
+                fenced = functools.partial(self.loop.call_soon_threadsafe, self._fenced)
+                store = await call(ZooKeeperMetadataStore, self.zk, self.paths, fenced)
                 await self.on_elected(store, lambda coordinator: ZooKeeperLiveness(coordinator, self.zk))
             except Exception:
                 log.exception("taking over as the active coordinator failed; resigning")

@@ -22,6 +22,7 @@ from strom.server.coordinator.registration import check_registration
 
 if TYPE_CHECKING:
     from strom.server.coordinator.active import ActiveCoordinator
+    from strom.server.store.base import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +68,11 @@ class EmbeddedLiveness(Liveness):
             await asyncio.gather(self._expiry, return_exceptions=True)
 
     async def forget(self, servers: list[LiveServer]) -> None:
-        with self.store.transaction():
+        def delete(store: MetadataStore) -> None:
             for server in servers:
-                self.store.delete_documents(_key(server.server_id))
+                store.delete_documents(_key(server.server_id))
+
+        await self.store.atomically(delete)
 
     def grace_period(self) -> float:
         return self.membership.session_timeout
@@ -87,7 +90,7 @@ class EmbeddedLiveness(Liveness):
         server, restarted = self.membership.register(
             request.server_id, request.host, request.port, rack, incarnation, listeners=listeners
         )
-        self.store.put_document(
+        await self.store.put_document(
             _key(server.server_id),
             json.dumps(
                 {

@@ -26,6 +26,7 @@ from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.store.base import MetadataStore
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def _files(handle: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 class KvSnapshotService:
-    def __init__(self, store: MetadataStore, config: Configuration) -> None:
+    def __init__(self, store: OrderedStore, config: Configuration) -> None:
         self.store = store
         self.retained = max(1, config.get(options.KV_SNAPSHOT_NUM_RETAINED))
 
@@ -86,11 +87,14 @@ class KvSnapshotService:
                 f"{request.bucket_leader_epoch}, the current epoch is {assignment.leader_epoch}"
             )
         prefix = _bucket_prefix(table_id, partition_id, bucket)
-        with self.store.transaction():
-            self.store.put_document(f"{prefix}{snapshot_id:020d}", request.completed_snapshot)
-            documents = self.store.list_documents(prefix)
+
+        def record(store: MetadataStore) -> None:
+            store.put_document(f"{prefix}{snapshot_id:020d}", request.completed_snapshot)
+            documents = store.list_documents(prefix)
             for key, _ in documents[: max(0, len(documents) - self.retained)]:
-                self.store.delete_documents(key)
+                store.delete_documents(key)
+
+        await self.store.atomically(record)
         log.info(
             "kv snapshot %d of table %d bucket %d (partition %s) committed at log offset %s",
             snapshot_id,
@@ -165,5 +169,5 @@ class KvSnapshotService:
         documents = self.store.list_documents(_bucket_prefix(table_id, partition_id, bucket))
         return documents[-1][1] if documents else None
 
-    def drop_table(self, table_id: int) -> None:
-        self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
+    async def drop_table(self, table_id: int) -> None:
+        await self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")

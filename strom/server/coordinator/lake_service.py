@@ -34,6 +34,7 @@ from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.tiering_jobs import TieringJob
 from strom.server.store.base import MetadataStore, TableRecord
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def _key(table_id: int, sequence: int) -> str:
 
 class LakeService:
     def __init__(
-        self, store: MetadataStore, controller: Controller, tiering: LakeTieringManager, offsets_dir: Path
+        self, store: OrderedStore, controller: Controller, tiering: LakeTieringManager, offsets_dir: Path
     ) -> None:
         self.store = store
         self.controller = controller
@@ -118,9 +119,9 @@ class LakeService:
         else:
             self.tiering.set_freshness(record.table_id, self._freshness(new))
 
-    def on_table_dropped(self, table_id: int) -> None:
+    async def on_table_dropped(self, table_id: int) -> None:
         self.tiering.remove_table(table_id)
-        self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
+        await self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
 
     def load_tables(self) -> None:
         """After a (re)start: every lake-enabled table resumes its schedule from its last snapshot."""
@@ -147,7 +148,7 @@ class LakeService:
                 return record
         return None
 
-    def _record(self, snapshot: LakeSnapshotRecord) -> None:
+    async def _record(self, snapshot: LakeSnapshotRecord) -> None:
         previous = self.latest(snapshot.table_id)
         if previous is not None:
             for key, (offset, _) in previous.buckets.items():
@@ -162,8 +163,13 @@ class LakeService:
             if previous.snapshot_id == snapshot.snapshot_id and _ends(previous) == _ends(snapshot):
                 # the same commit again (a tiering job that lost the answer retries): recorded once
                 return
-        sequence = len(self.store.list_documents(f"{_PREFIX}{snapshot.table_id:020d}/"))
-        self.store.put_document(_key(snapshot.table_id, sequence), snapshot.to_json())
+        prefix = f"{_PREFIX}{snapshot.table_id:020d}/"
+
+        def append(store: MetadataStore) -> None:
+            # the sequence is counted on the store thread: commits waiting there do not share one
+            store.put_document(_key(snapshot.table_id, len(store.list_documents(prefix))), snapshot.to_json())
+
+        await self.store.atomically(append)
 
     async def get_lake_snapshot(
         self, request: pb.GetLakeSnapshotRequest, ctx: object
@@ -303,7 +309,7 @@ class LakeService:
                         for b in info.buckets_req
                     },
                 )
-                self._record(snapshot)
+                await self._record(snapshot)
                 committed.append(snapshot)
             except FlussError as e:
                 result.error_code = e.code
@@ -319,7 +325,7 @@ class LakeService:
                     now,
                     {(o["partition_id"], o["bucket"]): (o["offset"], -1) for o in offsets},
                 )
-                self._record(snapshot)
+                await self._record(snapshot)
                 committed.append(snapshot)
             except FlussError as e:
                 result.error_code = e.code

@@ -59,6 +59,7 @@ from strom.server.store.base import (
     PartitionRecord,
     TableRecord,
 )
+from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ def table_path_of(message: Any) -> TablePath:
 class MetadataService:
     def __init__(
         self,
-        store: MetadataStore,
+        store: OrderedStore,
         config: Configuration,
         membership: Membership,
         controller: Controller,
@@ -90,7 +91,7 @@ class MetadataService:
         self.lake_options = table_lake_options(config)
         # called after a table is created (the coordinator hooks auto-partitioning in here)
         self.on_table_created: Callable[[TableRecord], Awaitable[None]] | None = None
-        self.on_table_dropped: Callable[[int], None] | None = None
+        self.on_table_dropped: Callable[[int], Awaitable[None]] | None = None
         # creates the lake table of a lake-enabled table before the Fluss table exists
         self.create_lake_table: Callable[[TableInfo], Awaitable[None]] | None = None
         # the servers new buckets may be placed on (the coordinator leaves out servers being retired)
@@ -118,11 +119,11 @@ class MetadataService:
     def _descriptor(record: TableRecord) -> TableDescriptor:
         return TableDescriptor.from_json_bytes(record.table_json)
 
-    def ensure_default_database(self) -> None:
+    async def ensure_default_database(self) -> None:
         name = DEFAULT_DATABASE_NAME
         if self.store.get_database(name) is None:
             created = now_ms()
-            self.store.create_database(
+            await self.store.create_database(
                 DatabaseRecord(name, DatabaseDescriptor().to_json_bytes(), created, created)
             )
 
@@ -146,7 +147,7 @@ class MetadataService:
                 return pb.CreateDatabaseResponse()
             raise DatabaseAlreadyExistError(f"Database '{name}' already exists.")
         created = now_ms()
-        self.store.create_database(DatabaseRecord(name, descriptor.to_json_bytes(), created, created))
+        await self.store.create_database(DatabaseRecord(name, descriptor.to_json_bytes(), created, created))
         log.info("created database %s", name)
         return pb.CreateDatabaseResponse()
 
@@ -163,13 +164,18 @@ class MetadataService:
                 "or use cascade."
             )
         dropped: list[BucketAssignment] = []
-        with self.store.transaction():
+        for table in tables:
+            dropped += self.store.list_buckets(table.table_id)
+
+        def drop(store: MetadataStore) -> None:
             for table in tables:
-                dropped += self.store.list_buckets(table.table_id)
-                self.store.drop_table(table.table_id)
-                if self.on_table_dropped is not None:
-                    self.on_table_dropped(table.table_id)
-            self.store.drop_database(name)
+                store.drop_table(table.table_id)
+            store.drop_database(name)
+
+        await self.store.atomically(drop)
+        if self.on_table_dropped is not None:
+            for table in tables:
+                await self.on_table_dropped(table.table_id)
         await self.controller.stop_replicas(dropped, delete=True)
         log.info("dropped database %s (%d tables)", name, len(tables))
         return pb.DropDatabaseResponse()
@@ -234,24 +240,25 @@ class MetadataService:
         live = self.placement_candidates()
         # placement is checked even for partitioned tables, whose buckets come with their partitions
         assignments = assign_replicas(-1, None, bucket_count, replication_factor, live)
-        table_id = self.store.next_id("table")
+        table_id = await self.store.next_id("table")
         created = now_ms()
-        if (
-            self.create_lake_table is not None
-            and table_lake_enabled(descriptor.properties)
-        ):
+        if self.create_lake_table is not None and table_lake_enabled(descriptor.properties):
             await self.create_lake_table(TableInfo(path, table_id, 1, descriptor, created, created))
         record = TableRecord(
             table_id, path.database_name, path.table_name, 1, descriptor.to_json_bytes(), created, created
         )
         schema_json = descriptor.schema.to_json_bytes()
-        with self.store.transaction():
-            self.store.create_table(record, schema_json)
-            if not descriptor.is_partitioned:
-                assignments = [_with_table(a, table_id, None) for a in assignments]
-                self.store.put_buckets(assignments)
-            else:
-                assignments = []
+        if descriptor.is_partitioned:
+            assignments = []
+        else:
+            assignments = [_with_table(a, table_id, None) for a in assignments]
+
+        def create(store: MetadataStore) -> None:
+            store.create_table(record, schema_json)
+            if assignments:
+                store.put_buckets(assignments)
+
+        await self.store.atomically(create)
         log.info("created table %s (id %d, %d buckets)", path, table_id, bucket_count)
         await self.controller.notify_leadership(assignments)
         if self.on_table_created is not None:
@@ -266,9 +273,9 @@ class MetadataService:
                 return pb.DropTableResponse()
             raise TableNotExistError(f"Table '{path}' does not exist.")
         buckets = self.store.list_buckets(record.table_id)
-        self.store.drop_table(record.table_id)
+        await self.store.drop_table(record.table_id)
         if self.on_table_dropped is not None:
-            self.on_table_dropped(record.table_id)
+            await self.on_table_dropped(record.table_id)
         await self.controller.stop_replicas(buckets, delete=True)
         log.info("dropped table %s (id %d)", path, record.table_id)
         return pb.DropTableResponse()
@@ -345,10 +352,13 @@ class MetadataService:
             record.created_time,
             modified,
         )
-        with self.store.transaction():
+
+        def store_alteration(store: MetadataStore) -> None:
             if alteration.schema_changed:
-                self.store.add_schema(record.table_id, schema_id, new.schema.to_json_bytes())
-            self.store.update_table(altered)
+                store.add_schema(record.table_id, schema_id, new.schema.to_json_bytes())
+            store.update_table(altered)
+
+        await self.store.atomically(store_alteration)
         log.info("altered table %s (schema id %d)", path, schema_id)
         await self.controller.broadcast_servers([self._update_metadata_of(altered)])
         if self.on_table_altered is not None:
@@ -427,7 +437,7 @@ class MetadataService:
             )
         replication_factor = descriptor.replication_factor()
         assert descriptor.bucket_count is not None
-        partition_id = self.store.next_id("partition")
+        partition_id = await self.store.next_id("partition")
         assignments = assign_replicas(
             record.table_id,
             partition_id,
@@ -435,9 +445,13 @@ class MetadataService:
             replication_factor,
             self.placement_candidates(),
         )
-        with self.store.transaction():
-            self.store.create_partition(PartitionRecord(partition_id, record.table_id, name, now_ms()))
-            self.store.put_buckets(assignments)
+        partition = PartitionRecord(partition_id, record.table_id, name, now_ms())
+
+        def create(store: MetadataStore) -> None:
+            store.create_partition(partition)
+            store.put_buckets(assignments)
+
+        await self.store.atomically(create)
         log.info("created partition %s of %s.%s (id %d)", name, record.database, record.name, partition_id)
         await self.controller.notify_leadership(assignments)
         return partition_id
@@ -460,7 +474,7 @@ class MetadataService:
         buckets = [
             b for b in self.store.list_buckets(record.table_id) if b.partition_id == partition.partition_id
         ]
-        self.store.drop_partition(partition.partition_id)
+        await self.store.drop_partition(partition.partition_id)
         await self.controller.stop_replicas(buckets, delete=True)
         log.info("dropped partition %s of %s.%s", partition.name, record.database, record.name)
 

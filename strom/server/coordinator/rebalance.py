@@ -45,7 +45,7 @@ from strom.server.store.base import BucketAssignment
 if TYPE_CHECKING:
     from strom.server.coordinator.controller import Controller
     from strom.server.coordinator.membership import Membership
-    from strom.server.store.base import MetadataStore
+    from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class RebalanceTask:
 
 
 class RebalanceManager:
-    def __init__(self, store: MetadataStore, membership: Membership, controller: Controller) -> None:
+    def __init__(self, store: OrderedStore, membership: Membership, controller: Controller) -> None:
         self.store = store
         self.membership = membership
         self.controller = controller
@@ -134,8 +134,10 @@ class RebalanceManager:
         raw = self.store.get_document(TAGS_DOCUMENT)
         return {int(k): ServerTag(v) for k, v in json.loads(raw).items()} if raw else {}
 
-    def _put_tags(self, tags: dict[int, ServerTag]) -> None:
-        self.store.put_document(TAGS_DOCUMENT, json.dumps({str(k): int(v) for k, v in tags.items()}).encode())
+    async def _put_tags(self, tags: dict[int, ServerTag]) -> None:
+        await self.store.put_document(
+            TAGS_DOCUMENT, json.dumps({str(k): int(v) for k, v in tags.items()}).encode()
+        )
 
     def placement_candidates(self) -> list[int]:
         """Live servers that may receive new replicas: tagged ones (going offline) get none."""
@@ -156,7 +158,7 @@ class RebalanceManager:
                     f"tablet server {server_id} already has server tag {tags[server_id].name}"
                 )
         tags.update({s: tag for s in request.server_ids})
-        self._put_tags(tags)
+        await self._put_tags(tags)
         log.info("server tag %s added to tablet servers %s", tag.name, sorted(request.server_ids))
         return pb.AddServerTagResponse()
 
@@ -170,7 +172,7 @@ class RebalanceManager:
                 raise ServerTagNotExistError(f"tablet server {server_id} has no server tag {tag.name}")
         for server_id in request.server_ids:
             del tags[server_id]
-        self._put_tags(tags)
+        await self._put_tags(tags)
         return pb.RemoveServerTagResponse()
 
     # ---- tasks
@@ -179,8 +181,8 @@ class RebalanceManager:
         raw = self.store.get_document(TASK_DOCUMENT)
         return RebalanceTask.from_bytes(raw) if raw else None
 
-    def _save(self, task: RebalanceTask) -> None:
-        self.store.put_document(TASK_DOCUMENT, task.to_bytes())
+    async def _save(self, task: RebalanceTask) -> None:
+        await self.store.put_document(TASK_DOCUMENT, task.to_bytes())
 
     async def rebalance(self, request: pb.RebalanceRequest, ctx: RequestContext) -> pb.RebalanceResponse:
         current = self.current_task()
@@ -207,7 +209,7 @@ class RebalanceManager:
         task = RebalanceTask(
             uuid.uuid4().hex, status, [BucketProgress(m) for m in moves], int(time.time() * 1000)
         )
-        self._save(task)
+        await self._save(task)
         log.info("rebalance %s: %d bucket(s) to move (goals %s)", task.rebalance_id, len(moves), goals)
         self.resume()
         return pb.RebalanceResponse(rebalance_id=task.rebalance_id)
@@ -253,7 +255,7 @@ class RebalanceManager:
         for progress in task.buckets:
             if progress.status == RebalanceStatus.NOT_STARTED:
                 progress.status = RebalanceStatus.CANCELED
-        self._save(task)
+        await self._save(task)
         log.info("rebalance %s cancelled", task.rebalance_id)
         return pb.CancelRebalanceResponse()
 
@@ -292,11 +294,11 @@ class RebalanceManager:
                     return
                 async with lock:
                     progress.status = RebalanceStatus.REBALANCING
-                    self._save(task)
+                    await self._save(task)
                 status = await self._move(progress.move)
                 async with lock:
                     progress.status = status
-                    self._save(task)
+                    await self._save(task)
 
         replica_moves = [p for p in task.buckets if p.move.moves_replicas]
         leader_moves = [p for p in task.buckets if not p.move.moves_replicas]
@@ -306,7 +308,7 @@ class RebalanceManager:
         except Exception:
             log.exception("rebalance %s failed", task.rebalance_id)
             task.status = RebalanceStatus.FAILED
-            self._save(task)
+            await self._save(task)
             return
         if self._cancelled:
             return
@@ -315,7 +317,7 @@ class RebalanceManager:
             (s for s in (RebalanceStatus.FAILED, RebalanceStatus.TIMEOUT) if s in statuses),
             RebalanceStatus.COMPLETED,
         )
-        self._save(task)
+        await self._save(task)
         log.info("rebalance %s %s", task.rebalance_id, task.status.name.lower())
 
     def _assignment(self, key: BucketKey) -> BucketAssignment | None:
@@ -331,7 +333,7 @@ class RebalanceManager:
             updated = change(current)
             if updated is None or updated == current:
                 return current
-            self.store.put_buckets([updated])
+            await self.store.put_buckets([updated])
         await self.controller.notify_leadership([updated])
         return updated
 

@@ -7,7 +7,7 @@ import json
 
 from strom.common.errors import FencedLeaderEpochError, TableNotExistError
 from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.server.store.base import MetadataStore
+from strom.server.store.ordered import OrderedStore
 
 _PREFIX = "remote-log/"
 
@@ -17,7 +17,7 @@ def _key(table_id: int, partition_id: int | None, bucket: int) -> str:
 
 
 class RemoteLogService:
-    def __init__(self, store: MetadataStore) -> None:
+    def __init__(self, store: OrderedStore) -> None:
         self.store = store
 
     async def commit(
@@ -39,7 +39,7 @@ class RemoteLogService:
                 f"remote-log manifest of bucket {request.bucket_id} comes from leader epoch "
                 f"{request.bucket_leader_epoch}, the current epoch is {assignment.leader_epoch}"
             )
-        self.store.put_document(
+        await self.store.put_document(
             _key(request.table_id, partition_id, request.bucket_id),
             json.dumps(
                 {
@@ -68,5 +68,5 @@ class RemoteLogService:
                 entry.table_bucket.partition_id = partition_id
         return response
 
-    def drop_table(self, table_id: int) -> None:
-        self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
+    async def drop_table(self, table_id: int) -> None:
+        await self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")

@@ -134,7 +134,7 @@ class CoordinatorServer:
 
     async def _activate(self, store: Any, liveness: Any = EmbeddedLiveness) -> None:
         async with self._activation:
-            active = ActiveCoordinator(
+            active = await ActiveCoordinator.create(
                 store=store,
                 config=self.config,
                 node=self.node,
@@ -157,7 +157,7 @@ class CoordinatorServer:
                 return
             log.warning("coordinator (epoch %d) is no longer active", active.coordinator_epoch)
             await active.stop()
-            active.store.close()
+            await active.store.close()
 
     # ---- requests
 

@@ -4,6 +4,8 @@
 embedded default of a single coordinator (one file under its data directory), and
 `ZooKeeperMetadataStore` (zookeeper.py), Fluss's znode layout on ZooKeeper, used when
 `zookeeper.address` is set so that several coordinators can stand for election (election.py).
+The interface is synchronous, and the coordinator never calls a store's writes from its event loop:
+it holds the store through `OrderedStore` (ordered.py), which runs them on a thread of their own.
 """
 
 from __future__ import annotations

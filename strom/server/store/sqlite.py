@@ -1,5 +1,10 @@
 """Embedded metadata store on one SQLite file (WAL, synchronous=FULL: a committed change survives a
-killed coordinator)."""
+killed coordinator).
+
+Writes take one connection, inside a transaction; reads from any other thread take a second one. In
+WAL mode a reader never waits for a writer, so the coordinator's event loop reads the last committed
+state while the store thread (`ordered.py`) waits for a commit's fsync.
+"""
 
 from __future__ import annotations
 
@@ -56,6 +61,10 @@ class SqliteMetadataStore(MetadataStore):
             self._db.execute("ALTER TABLE buckets ADD COLUMN elr TEXT NOT NULL DEFAULT '[]'")
         self._lock = threading.RLock()
         self._depth = 0
+        self._writer: int | None = None  # the thread inside a transaction
+        self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._reader.execute("PRAGMA query_only=ON")
+        self._read_lock = threading.Lock()
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -63,25 +72,32 @@ class SqliteMetadataStore(MetadataStore):
             outer = self._depth == 0
             if outer:
                 self._db.execute("BEGIN IMMEDIATE")
+                self._writer = threading.get_ident()
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
                 if outer:
+                    self._writer = None
                     self._db.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if outer:
-                self._db.execute("COMMIT")
+                try:
+                    self._db.execute("COMMIT")
+                finally:
+                    self._writer = None
 
     def _execute(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Cursor:
         with self.transaction():
             return self._db.execute(sql, args)
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
+        if self._writer == threading.get_ident():  # inside this thread's transaction: see its writes
             return self._db.execute(sql, args).fetchall()
+        with self._read_lock:
+            return self._reader.execute(sql, args).fetchall()
 
     def next_id(self, kind: str) -> int:
         with self.transaction():
@@ -255,3 +271,5 @@ class SqliteMetadataStore(MetadataStore):
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()

@@ -53,7 +53,8 @@ class ZooKeeperMetadataStore(MetadataStore):
         self.zk = client
         self.paths = paths
         self.on_fenced = on_fenced
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the mirror; never held across a ZooKeeper round trip
+        self._write_lock = threading.RLock()  # one transaction at a time, built and committed in order
         self._epoch = 0
         self._epoch_version: int | None = None  # version of /coordinators/epoch after our bump
         # a transaction in progress: znode operations, and how to undo the mirror if it fails
@@ -239,31 +240,56 @@ class ZooKeeperMetadataStore(MetadataStore):
         assert self._ops is not None, "znode operations happen inside a transaction"
         self._ops.append((kind, path, value))
 
+    def _after(
+        self, undo: list[tuple[dict[Any, Any] | set[Any], Any, Any]]
+    ) -> list[tuple[dict[Any, Any] | set[Any], Any, Any]]:
+        """What the entries `undo` would restore hold now (the state after the transaction)."""
+        after: dict[tuple[int, Any], tuple[dict[Any, Any] | set[Any], Any, Any]] = {}
+        for container, key, _ in undo:
+            if (id(container), key) in after:
+                continue
+            if isinstance(container, set):
+                now: Any = True if key in container else _MISSING
+            else:
+                now = container.get(key, _MISSING)
+            after[(id(container), key)] = (container, key, now)
+        return list(after.values())
+
+    def _apply(self, redo: list[tuple[dict[Any, Any] | set[Any], Any, Any]]) -> None:
+        self._rollback(redo)  # restoring the "after" state is applying it
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        with self._lock:
-            outer = self._depth == 0
-            if outer:
-                self._fresh()
-                self._ops, self._undo = [], []
-            self._depth += 1
-            try:
-                yield
-            except BaseException:
-                self._depth -= 1
+        # Readers see committed state only. A transaction is built on the mirror under `_lock`; then
+        # the mirror goes back to its state before it while ZooKeeper commits, and forward once the
+        # commit succeeded. The round trip happens without `_lock`, so reads (on the coordinator's
+        # event loop) never wait for the network; `_write_lock` keeps a second writer from building
+        # on the mirror until the first has committed.
+        with self._write_lock:
+            with self._lock:
+                outer = self._depth == 0
                 if outer:
-                    self._rollback(self._undo)
-                    self._ops, self._undo = None, []
-                raise
-            self._depth -= 1
-            if outer:
+                    self._fresh()
+                    self._ops, self._undo = [], []
+                self._depth += 1
+                try:
+                    yield
+                except BaseException:
+                    self._depth -= 1
+                    if outer:
+                        self._rollback(self._undo)
+                        self._ops, self._undo = None, []
+                    raise
+                self._depth -= 1
+                if not outer:
+                    return
                 ops, undo = self._ops or [], self._undo
                 self._ops, self._undo = None, []
-                try:
-                    self._commit(ops)
-                except BaseException:
-                    self._rollback(undo)
-                    raise
+                redo = self._after(undo)
+                self._rollback(undo)
+            self._commit(ops)
+            with self._lock:
+                self._apply(redo)
 
     def _commit(self, ops: list[tuple[str, str, bytes | None]]) -> None:
         if not ops:

@@ -97,6 +97,18 @@ def _holds_older_schemas(remote: RemoteLog, offset: int, evolution: _Evolution) 
     return bool(segments) and segments[0].needs_current_schema(evolution.schema_id)
 
 
+_Index = tuple[int, int]  # (table index, bucket index) in a FetchLog request
+
+
+@dataclass(frozen=True, slots=True)
+class _RemoteRead:
+    """Batches a fetch needs from a remote segment (blocking I/O, done in a thread)."""
+
+    remote: RemoteLog
+    offset: int
+    max_bytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class _TableRead:
     arrow_schema: pa.Schema
@@ -216,9 +228,10 @@ class LogService:
         max_bytes: int,
         plan: _TableRead,
         result: pb.PbFetchLogRespForBucket,
-    ) -> tuple[int, bytes]:
+        remote_batches: bytes | None = None,
+    ) -> tuple[int, bytes] | _RemoteRead:
         """Fills one bucket's answer; returns the bytes scanned in the log (for min_bytes) and the
-        records to send."""
+        records to send, or the remote read it needs first (`remote_batches`: its result)."""
         tablet = replica.log_tablet()
         earliest = earliest_offset(replica)
         if fetch_offset == EARLIEST_OFFSET:
@@ -228,9 +241,11 @@ class LogService:
             if plan.evolution is not None and _holds_older_schemas(
                 replica.remote, fetch_offset, plan.evolution
             ):
-                # batches of an older schema in remote storage: rebuilt here as local ones are (a
-                # bounded read of the shared remote directory, on the loop like local reads)
-                scanned = read_remote_batches(replica.remote, fetch_offset, max_bytes)
+                # batches of an older schema in remote storage: rebuilt here as local ones are, after
+                # a bounded read of the remote directory that the caller does in a thread
+                if remote_batches is None:
+                    return _RemoteRead(replica.remote, fetch_offset, max_bytes)
+                scanned = remote_batches
             elif remote_fetch_info(
                 replica.remote, fetch_offset, replica.partition_name, result.remote_log_fetch_info
             ):
@@ -300,8 +315,18 @@ class LogService:
         deadline = time.monotonic() + max_wait
         if request.follower_server_id < 0:
             await self._learn_projected_columns(request)
+        remote: dict[tuple[int, int], bytes] = {}
         while True:
-            response, records, total, waiting_on = self._fetch_once(request)
+            response, records, total, waiting_on, wanted = self._fetch_once(request, remote)
+            if wanted:
+                # remote storage is read in a thread, never on the loop; then the fetch is answered
+                # again with those batches (the rest of it from the log as it is by then)
+                loop = asyncio.get_running_loop()
+                for key, read in wanted.items():
+                    remote[key] = await loop.run_in_executor(
+                        None, read_remote_batches, read.remote, read.offset, read.max_bytes
+                    )
+                continue
             remaining = deadline - time.monotonic()
             if total >= min_bytes or remaining <= 0 or not waiting_on:
                 if self.traffic is not None and total:
@@ -340,15 +365,17 @@ class LogService:
                     break
 
     def _fetch_once(
-        self, request: pb.FetchLogRequest
-    ) -> tuple[pb.FetchLogResponse, dict[tuple[int, int], bytes], int, list[Replica]]:
+        self, request: pb.FetchLogRequest, remote: dict[tuple[int, int], bytes]
+    ) -> tuple[pb.FetchLogResponse, dict[_Index, bytes], int, list[Replica], dict[_Index, _RemoteRead]]:
         """The answer without record bytes, the record bytes by (table index, bucket index), the
-        bytes scanned, and the replicas that had nothing to give."""
+        bytes scanned, the replicas that had nothing to give, and the remote reads (by the same
+        index) that must happen before the answer can be given; `remote`: those already read."""
         response = pb.FetchLogResponse()
         records: dict[tuple[int, int], bytes] = {}
         total = 0
         budget = request.max_bytes if request.max_bytes > 0 else 16 * 1024 * 1024
         waiting_on: list[Replica] = []
+        wanted: dict[tuple[int, int], _RemoteRead] = {}
         for t, table_req in enumerate(request.tables_req):
             table_resp = response.tables_resp.add(table_id=table_req.table_id)
             plan: _TableRead | None = None
@@ -379,9 +406,18 @@ class LogService:
                     if plan_error is not None:
                         raise plan_error
                     assert plan is not None
-                    size, data = self._read_bucket(
-                        replica, entry.fetch_offset, min(entry.max_fetch_bytes, budget), plan, result
+                    read = self._read_bucket(
+                        replica,
+                        entry.fetch_offset,
+                        min(entry.max_fetch_bytes, budget),
+                        plan,
+                        result,
+                        remote.get((t, b)),
                     )
+                    if isinstance(read, _RemoteRead):
+                        wanted[(t, b)] = read
+                        continue
+                    size, data = read
                     if data:
                         records[(t, b)] = data
                     budget = max(0, budget - size)
@@ -395,7 +431,7 @@ class LogService:
                         # a follower out of range needs to know where the leader's log starts
                         result.log_start_offset = replica.log.log_start_offset
                         result.high_watermark = replica.log.high_watermark
-        return response, records, total, waiting_on
+        return response, records, total, waiting_on, wanted
 
     async def list_offsets(
         self, request: pb.ListOffsetsRequest, ctx: RequestContext

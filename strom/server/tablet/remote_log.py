@@ -23,9 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import fsspec
-
 from strom.common.errors import InvalidConfigError
+from strom.common.file_io import load_file_io
 from strom.record.log_batch import V0_HEADER_SIZE, iter_batches, read_header
 from strom.server.tablet.log.lake_hold import (
     RetentionOutcome,
@@ -112,7 +111,7 @@ class RemoteLogManager:
         self.commit_manifest = commit_manifest
         # told what each expiry pass deleted, forced out and held for the lake (metrics, loud logs)
         self.on_retention = on_retention or (lambda replica, tier, outcome: None)
-        self.fs, _ = fsspec.core.url_to_fs(remote_root)
+        self.fs = load_file_io(remote_root).fs
 
     def remote_log(self, replica: Replica) -> RemoteLog:
         """The bucket's remote log, loaded from its manifest the first time (e.g. after a leader change)."""
@@ -297,10 +296,8 @@ def read_remote_batches(remote: RemoteLog, offset: int, max_bytes: int) -> bytes
     if not segments:
         return b""
     segment = segments[0]
-    fs, path = fsspec.core.url_to_fs(
-        f"{remote.tablet_dir}/{segment.segment_id}/{segment.start_offset:020d}.log"
-    )
-    with fs.open(path, "rb") as f:
+    location = load_file_io(f"{remote.tablet_dir}/{segment.segment_id}/{segment.start_offset:020d}.log")
+    with location.fs.open(location.path, "rb") as f:
         pos = 0
         while True:  # skip the batches below the offset, reading headers only
             f.seek(pos)

@@ -320,6 +320,10 @@ class ReplicaManager:
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
         self.on_stopped: Callable[[Replica], None] = lambda replica: None
+        # a new replica's log opens in an executor (`take_leadership`): one at a time, so two notices of
+        # one new bucket never open its files twice; a stop that comes meanwhile is remembered here
+        self._opening = asyncio.Lock()
+        self._stopped_while_opening: set[TableBucket] = set()
 
     def get(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)
@@ -340,7 +344,7 @@ class ReplicaManager:
             )
         return replica
 
-    def become_leader_or_follower(
+    async def take_leadership(
         self,
         bucket: TableBucket,
         *,
@@ -354,6 +358,54 @@ class ReplicaManager:
         isr: tuple[int, ...],
         bucket_epoch: int,
     ) -> Replica:
+        """`become_leader_or_follower`, with a new replica's log opened in an executor: opening recovers
+        the log (reads and checks every unflushed batch, may truncate a torn tail), which must not stall
+        the event loop."""
+        async with self._opening:
+            opened: LogTablet | None = None
+            if bucket not in self.replicas and self.server_id in replicas:
+                directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
+                self._stopped_while_opening.discard(bucket)
+                config = self.log_config(table_info)
+                opened = await asyncio.to_thread(LogTablet.open, directory / "log", config)
+                if bucket in self._stopped_while_opening:  # stopped (or dropped) while its files opened
+                    self._stopped_while_opening.discard(bucket)
+                    opened.close()
+                    raise UnknownTableOrBucketError(f"{bucket} was stopped on this server while it opened")
+            try:
+                return self.become_leader_or_follower(
+                    bucket,
+                    database=database,
+                    table=table,
+                    partition_name=partition_name,
+                    table_info=table_info,
+                    leader=leader,
+                    leader_epoch=leader_epoch,
+                    replicas=replicas,
+                    isr=isr,
+                    bucket_epoch=bucket_epoch,
+                    opened_log=opened,
+                )
+            except BaseException:
+                if opened is not None and bucket not in self.replicas:
+                    opened.close()
+                raise
+
+    def become_leader_or_follower(
+        self,
+        bucket: TableBucket,
+        *,
+        database: str,
+        table: str,
+        partition_name: str | None,
+        table_info: TableInfo,
+        leader: int,
+        leader_epoch: int,
+        replicas: tuple[int, ...],
+        isr: tuple[int, ...],
+        bucket_epoch: int,
+        opened_log: LogTablet | None = None,
+    ) -> Replica:
         if self.server_id not in replicas:
             raise UnknownTableOrBucketError(
                 f"server {self.server_id} is not in the replica list {list(replicas)} of {bucket}"
@@ -365,7 +417,7 @@ class ReplicaManager:
             directory.mkdir(parents=True, exist_ok=True)
             _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
             replica = Replica(bucket, database, table, partition_name, directory, table_info)
-            replica.log = LogTablet.open(directory / "log", self.log_config(table_info))
+            replica.log = opened_log or LogTablet.open(directory / "log", self.log_config(table_info))
             self.replicas[bucket] = replica
         elif leader_epoch < replica.leader_epoch:
             raise FencedLeaderEpochError(
@@ -413,6 +465,8 @@ class ReplicaManager:
         """Close (and with `delete` remove) a replica. A request from an older leader epoch than this
         replica's is refused: it was decided before the leadership this replica has now."""
         current = self.replicas.get(bucket)
+        if current is None and self._opening.locked():
+            self._stopped_while_opening.add(bucket)
         if current is not None and leader_epoch is not None and leader_epoch < current.leader_epoch:
             raise FencedLeaderEpochError(
                 f"leader epoch {leader_epoch} in the stop request for {bucket} is older than its current "

@@ -807,7 +807,7 @@ class TabletServer:
                     raise UnknownTableOrBucketError(
                         f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
                     )
-                replica = self.replica_manager.become_leader_or_follower(
+                replica = await self.replica_manager.take_leadership(
                     bucket,
                     database=known.database_name,
                     table=known.table_name,

@@ -42,9 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
 from strom.common.errors import KvStorageError
+from strom.common.file_io import load_file_io
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet, TabletState
 
@@ -178,8 +177,8 @@ class CompletedSnapshot:
 
 
 def _filesystem(url: str) -> tuple[Any, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path.rstrip("/")
+    location = load_file_io(url)
+    return location.fs, location.path.rstrip("/")
 
 
 class KvSnapshotStore:
