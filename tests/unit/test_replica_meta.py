@@ -3,8 +3,10 @@ instead of being kept broken because it exists."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from faults.lazyfs import LazyMount, fuse_available
@@ -26,26 +28,30 @@ EXPECTED = {
 }
 
 
+LEADERSHIP: dict[str, Any] = {
+    "database": "db",
+    "table": "t",
+    "partition_name": None,
+    "table_info": make_info(Schema([Column("v", BIGINT())])),
+    "leader": 0,
+    "leader_epoch": 1,
+    "replicas": (0,),
+    "isr": (0,),
+    "bucket_epoch": 0,
+}
+
+
 def lead(manager: ReplicaManager) -> Replica:
-    return manager.become_leader_or_follower(
-        BUCKET,
-        database="db",
-        table="t",
-        partition_name=None,
-        table_info=make_info(Schema([Column("v", BIGINT())])),
-        leader=0,
-        leader_epoch=1,
-        replicas=(0,),
-        isr=(0,),
-        bucket_epoch=0,
-    )
+    return manager.become_leader_or_follower(BUCKET, **LEADERSHIP)
 
 
 @pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
 def test_replica_json_survives_a_power_cut(tmp_path: Path) -> None:
     with LazyMount(tmp_path / "backing", tmp_path / "mnt") as mount:
         manager = ReplicaManager(0, mount.mountpoint, lambda info: LOG_CONFIG)
-        meta = lead(manager).directory / "replica.json"
+        # the tablet server's path: the replica's files are made in an executor
+        replica = asyncio.run(manager.take_leadership(BUCKET, **LEADERSHIP))
+        meta = replica.directory / "replica.json"
         manager.close()  # nothing may hold the mount open across the cut
         mount.power_cut()
         # an unsynced write comes back as a zero-length file once its creation was committed

@@ -367,7 +367,14 @@ class ReplicaManager:
                 directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
                 self._stopped_while_opening.discard(bucket)
                 config = self.log_config(table_info)
-                opened = await asyncio.to_thread(LogTablet.open, directory / "log", config)
+
+                def open_replica() -> LogTablet:
+                    # replica.json too: its durable write is two fsyncs
+                    directory.mkdir(parents=True, exist_ok=True)
+                    _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
+                    return LogTablet.open(directory / "log", config)
+
+                opened = await asyncio.to_thread(open_replica)
                 if bucket in self._stopped_while_opening:  # stopped (or dropped) while its files opened
                     self._stopped_while_opening.discard(bucket)
                     opened.close()
@@ -414,8 +421,9 @@ class ReplicaManager:
         if replica is None:
             self.deleted_tables.discard(bucket.table_id)
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
-            directory.mkdir(parents=True, exist_ok=True)
-            _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
+            if opened_log is None:  # else take_leadership did this in an executor
+                directory.mkdir(parents=True, exist_ok=True)
+                _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
             replica = Replica(bucket, database, table, partition_name, directory, table_info)
             replica.log = opened_log or LogTablet.open(directory / "log", self.log_config(table_info))
             self.replicas[bucket] = replica
