@@ -366,8 +366,18 @@ class LazyOperations(fuse.Operations):
 
     def statfs(self, path: str) -> dict[str, Any]:
         sv = os.statvfs(self.j.root)
-        keys = ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_flag",
-                "f_frsize", "f_namemax")
+        keys = (
+            "f_bavail",
+            "f_bfree",
+            "f_blocks",
+            "f_bsize",
+            "f_favail",
+            "f_ffree",
+            "f_files",
+            "f_flag",
+            "f_frsize",
+            "f_namemax",
+        )
         return {key: getattr(sv, key) for key in keys}
 
     def chmod(self, path: str, mode: int) -> int:

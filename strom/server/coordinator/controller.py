@@ -13,6 +13,7 @@ from strom.common import config as options
 from strom.common.errors import (
     FencedLeaderEpochError,
     FlussError,
+    IneligibleReplicaError,
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
@@ -404,6 +405,13 @@ class Controller:
                     elif a.leader not in new_isr or not set(new_isr) <= set(a.replicas):
                         error = InvalidUpdateVersionError(
                             f"ISR {list(new_isr)} must hold the leader and only replicas {list(a.replicas)}"
+                        )
+                    elif dead := sorted(set(new_isr) - set(a.isr) - set(self.membership.servers)):
+                        # the leader saw them caught up just before they went away (a rolling restart
+                        # stops one server after another): taken in, they would hold every acks=all
+                        # write until they lagged out of the ISR again (found by tests/faults)
+                        error = IneligibleReplicaError(
+                            f"ISR {list(new_isr)} adds server(s) {dead}, which are not alive"
                         )
                     if error is not None:
                         result.error_code = error.code

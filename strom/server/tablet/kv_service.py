@@ -28,7 +28,7 @@ from strom.common.errors import (
     UnsupportedVersionError,
 )
 from strom.common.table_bucket import TableBucket
-from strom.record.kv_batch import KvRecordBatch, kv_record_count
+from strom.record.kv_batch import KV_SCHEMA_ID_OFFSET, KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
@@ -37,7 +37,7 @@ from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import AppendResult
-from strom.server.tablet.log_service import LogService
+from strom.server.tablet.log_service import LogService, first_schema_id
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -115,6 +115,11 @@ class KvService:
         # Taken before this handler's first await, so in arrival order; released before waiting for
         # the replicas, which need not keep the order.
         async with _append_order(ctx):
+            if self.log_service is not None:  # a schema this server missed: learn it first
+                newest = max(
+                    (first_schema_id(e.records, KV_SCHEMA_ID_OFFSET) for e in request.buckets_req), default=-1
+                )
+                await self.log_service.learn_newer_schema(request.table_id, request.buckets_req, newest)
             for entry in request.buckets_req:
                 bucket = _bucket_of(request.table_id, entry)
                 result = response.buckets_resp.add(bucket_id=entry.bucket_id)

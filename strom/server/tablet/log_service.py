@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import struct
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -32,7 +34,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
-from strom.record.log_batch import LogBatchHeader, iter_batches, read_header
+from strom.record.log_batch import SCHEMA_ID_OFFSET, LogBatchHeader, iter_batches, read_header
 from strom.record.schema_evolution import evolve_arrow_batch
 from strom.rpc.encoded import EncodedResponse
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -43,6 +45,7 @@ from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remot
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
+_SCHEMA_ID = struct.Struct("<h")
 
 EARLIEST_OFFSET = -2  # FetchLog's "from the log start"
 OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP = 0, 1, 2
@@ -58,6 +61,14 @@ def earliest_offset(replica: Replica) -> int:
     local = replica.log_tablet().log_start_offset
     remote = replica.remote.start_offset if replica.remote is not None else None
     return local if remote is None else min(local, remote)
+
+
+def first_schema_id(records: bytes | memoryview, offset: int) -> int:
+    """The schema id in the header of the first batch of `records` (-1: too short to tell; the
+    batch checks report that)."""
+    if len(records) < offset + _SCHEMA_ID.size:
+        return -1
+    return int(_SCHEMA_ID.unpack_from(records, offset)[0])
 
 
 def _set_error(target: object, error: FlussError) -> None:
@@ -133,6 +144,9 @@ class LogService:
         # may know a column this server has not heard of yet (it was stopped through an AlterTable,
         # or the UpdateMetadata is still on its way).
         self.refresh_table: Callable[[int], Awaitable[None]] | None = None
+        # table id -> the refresh a produce of a newer schema id started: later produces wait for the
+        # same one, so they resume (and append) in the order they arrived
+        self._schema_refreshes: dict[int, asyncio.Future[None]] = {}
 
     # ---- writes
 
@@ -146,6 +160,14 @@ class LogService:
         response = pb.ProduceLogResponse()
         waits: list[tuple[pb.PbProduceLogRespForBucket, Replica, int]] = []
         views = _records_views(ctx.body, len(request.buckets_req))
+        newest = max(
+            (
+                first_schema_id(views[i] if views is not None else e.records, SCHEMA_ID_OFFSET)
+                for i, e in enumerate(request.buckets_req)
+            ),
+            default=-1,
+        )
+        await self.learn_newer_schema(request.table_id, request.buckets_req, newest)
         for i, entry in enumerate(request.buckets_req):
             bucket = _bucket_of(request.table_id, entry)
             result = response.buckets_resp.add(bucket_id=entry.bucket_id)
@@ -191,6 +213,47 @@ class LogService:
                     result.ClearField("base_offset")
                     _set_error(result, error)
         return response
+
+    async def learn_newer_schema(self, table_id: int, entries: Iterable[Any], schema_id: int) -> None:
+        """A writer sends batches of a schema id newer than this server knows: it missed the AlterTable's
+        UpdateMetadata (the coordinator's connection to it broke under packet loss, and the coordinator
+        does not send it again; found by the fault campaign's alter_one_way scenario). Ask the
+        coordinator for the table's current schema before the batches are checked, rather than refuse
+        them until a restart. An id the coordinator does not know either is refused as before."""
+        if self.refresh_table is None or schema_id < 0:
+            return
+        for entry in entries:
+            replica = self.replicas.replicas.get(_bucket_of(table_id, entry))
+            if replica is None:
+                continue
+            if schema_id > replica.table_info.schema_id:
+                try:
+                    await asyncio.shield(self._schema_refresh(table_id))
+                except FlussError as e:
+                    log.info("could not learn schema %d of table %d: %s", schema_id, table_id, e)
+            return
+
+    def learn_schema_soon(self, table_id: int) -> None:
+        """A follower got batches of a schema id it does not know (its leader heard of an AlterTable it
+        missed): learn the table's schemas in the background; the fetcher retries after its backoff."""
+        if self.refresh_table is not None:
+            self._schema_refresh(table_id)
+
+    def _schema_refresh(self, table_id: int) -> asyncio.Future[None]:
+        """The one refresh of the table's schemas in flight, started if there is none."""
+        assert self.refresh_table is not None
+        refresh = self._schema_refreshes.get(table_id)
+        if refresh is None:
+            refresh = asyncio.ensure_future(self.refresh_table(table_id))
+            self._schema_refreshes[table_id] = refresh
+
+            def done(future: asyncio.Future[None]) -> None:
+                self._schema_refreshes.pop(table_id, None)
+                if not future.cancelled() and future.exception() is not None:
+                    log.warning("learning the schemas of table %d failed: %s", table_id, future.exception())
+
+            refresh.add_done_callback(done)
+        return refresh
 
     # ---- reads
 

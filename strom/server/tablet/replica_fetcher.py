@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from strom.common.errors import FlussError
+from strom.common.errors import FlussError, SchemaNotExistError
 from strom.common.supervision import supervise
 from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
@@ -50,8 +50,12 @@ class ReplicaFetcherManager:
         address_of: Callable[[int], tuple[str, int] | None],
         settings: FetcherSettings,
         on_replicated: Callable[[int], None] = lambda size: None,
+        on_unknown_schema: Callable[[int], None] = lambda table_id: None,
     ) -> None:
         self.server_id = server_id
+        # a batch of a schema id this server does not know (table id): it missed an AlterTable's
+        # UpdateMetadata and must learn the schema from the coordinator, or never catch up again
+        self.on_unknown_schema = on_unknown_schema
         self.on_replicated = on_replicated  # bytes appended as a follower (metrics)
         self.pool = pool
         self.address_of = address_of
@@ -235,6 +239,8 @@ class ReplicaFetcherManager:
                 except FlussError as e:
                     errors += 1
                     log.warning("follower append of %s failed: %s", replica.bucket, e)
+                    if isinstance(e, SchemaNotExistError):
+                        self.on_unknown_schema(replica.bucket.table_id)
         return errors
 
     @staticmethod

@@ -145,6 +145,7 @@ class TabletServer:
                 min_bytes=int(option_value(self.config, options.LOG_REPLICA_FETCH_MIN_BYTES)),
             ),
             on_replicated=self.tablet_metrics.replicated,
+            on_unknown_schema=self.log_service.learn_schema_soon,
         )
         self.kv_manager = KvManager(
             server_id,
