@@ -1038,7 +1038,10 @@ TABLE_LOG_LOCAL_TTL: ConfigOption[timedelta | None] = ConfigOption(
     "table.log.local-ttl",
     timedelta,
     None,
-    "How long local segments are kept (after they are tiered); inherits table.log.ttl. Must not exceed it.",
+    "With remote storage, a bucket leader deletes its local copy of a segment already copied there once "
+    "it is older than this (besides the table.log.tiered.local-segments count; the lake retention hold "
+    "still applies); inherits table.log.ttl, 0 disables it. Without remote storage, and on followers, "
+    "table.log.ttl alone rules local retention. Must not exceed table.log.ttl.",
 )
 TABLE_TIERED_LOG_LOCAL_SEGMENTS: ConfigOption[int] = ConfigOption(
     "table.log.tiered.local-segments",

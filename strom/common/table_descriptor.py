@@ -345,6 +345,12 @@ class TableInfo:
         return self.properties.get(cfg.TABLE_LOG_TTL)
 
     @property
+    def log_local_ttl(self) -> timedelta:
+        """`table.log.local-ttl`, inheriting `table.log.ttl` when unset."""
+        local: timedelta | None = self.properties.get(cfg.TABLE_LOG_LOCAL_TTL)
+        return self.log_ttl if local is None else local
+
+    @property
     def tiered_log_local_segments(self) -> int:
         return self.properties.get(cfg.TABLE_TIERED_LOG_LOCAL_SEGMENTS)
 

@@ -175,6 +175,36 @@ def test_tiering_expires_remote_segments_and_keeps_the_log_readable(cluster_fact
     run(cluster, body)
 
 
+def test_local_copies_of_tiered_segments_go_by_local_ttl(cluster_factory: Any) -> None:
+    """table.log.local-ttl (Fluss): a leader drops its local copies of tiered segments once they are
+    older than it, long before table.log.ttl and with more than table.log.tiered.local-segments
+    left; readers get those offsets from remote storage."""
+    cluster = cluster_factory(
+        config={
+            "log.segment.file-size": "1mb",
+            "log.retention.check-interval": "300ms",
+            "remote.log.task-interval-duration": "300ms",
+        }
+    )
+    path = TablePath("fluss", f"local_ttl_{uuid.uuid4().hex[:8]}")
+    properties = {"table.log.ttl": "1h", "table.log.local-ttl": "2s", "table.log.tiered.local-segments": "50"}
+
+    async def body(conn: Connection) -> None:
+        table = await create(conn, path, buckets=1, **properties)
+        await write(table, 0, 40000)
+        (directory,) = table_dirs(cluster, table.table_id)
+        before = sorted(p.name for p in directory.rglob("*.log"))
+        assert len(before) > 2
+        deadline = time.monotonic() + 30
+        while before[0] in {p.name for p in directory.rglob("*.log")}:
+            assert time.monotonic() < deadline, "local copies past table.log.local-ttl were kept"
+            await asyncio.sleep(0.2)
+        assert (await conn.get_admin().list_offsets(path, [0], _earliest()))[0] == 0  # remote has them
+        assert await read_ids(table, 1) == list(range(40000))
+
+    run(cluster, body)
+
+
 def test_segments_whose_remote_copies_expired_are_not_uploaded_again(cluster_factory: Any) -> None:
     """When every remote segment of a bucket has expired, the remote log still knows how far tiering
     got: later rounds upload nothing again (they used to re-upload the local segments and expire them

@@ -4,6 +4,7 @@ messages against a real ReplicaManager, and tablets rebuilt from snapshot + chan
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from strom.record.value_batch import parse_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext, Session
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.kv.recovery import table_key_encoder
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
@@ -358,3 +360,42 @@ def test_replicated_puts_commit_with_the_isr(tmp_path: Path) -> None:
 
     run(scenario())
     server.close()
+
+
+def test_tablets_close_off_the_event_loop_and_reopen_after_their_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close flushes the memtable (rocksdict always does): it must not stall the event loop, and a
+    reopen of the same bucket must wait for it (RocksDB's lock on the directory)."""
+    info = pk_info()
+    server = Server(tmp_path / "data")
+    client = Client(info)
+    bucket = TableBucket(TABLE_ID, None, 0)
+    server.lead(info)
+    closed_on: list[str] = []
+    close = KvTablet.close
+
+    def recording_close(tablet: KvTablet) -> None:
+        closed_on.append(threading.current_thread().name)
+        close(tablet)
+
+    monkeypatch.setattr(KvTablet, "close", recording_close)
+
+    async def scenario() -> None:
+        svc = server.service
+        await svc.put_kv(client.put([(1, "x", 1), (2, "y", 2)]), CTX)
+        server.kv.drop(bucket)  # as when the replica becomes a follower
+        assert server.kv.tablet(bucket) is None
+        # at once the next request opens it again: after the close, or RocksDB refuses the lock
+        got = await svc.lookup(client.lookup((1, "x"), (2, "y")), CTX)
+        assert [v.values for v in got.buckets_resp[0].values] == [
+            client.value((1, "x", 1)),
+            client.value((2, "y", 2)),
+        ]
+        await server.kv.aclose()  # shutdown: the remaining tablet closes off the loop too
+        assert server.kv.tablet(bucket) is None
+
+    run(scenario())
+    server.replicas.close()
+    assert len(closed_on) == 2
+    assert all(name.startswith("kv-close") for name in closed_on), closed_on

@@ -22,7 +22,12 @@ from strom.server.tablet.log.background_flush import submit_delete
 from strom.server.tablet.log.checkpoint import read_offset_checkpoint
 from strom.server.tablet.log.lake_hold import LakeHold
 from strom.server.tablet.log.log_config import LogConfig
-from strom.server.tablet.log.log_tablet import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, LogTablet
+from strom.server.tablet.log.log_tablet import (
+    CLEAN_SHUTDOWN_FILE,
+    RECOVERY_POINT_FILE,
+    LogTablet,
+    TieredCopies,
+)
 from strom.server.tablet.log.segment import segment_file_name
 
 SMALL = LogConfig(segment_bytes=4096, index_interval_bytes=256, segment_ms=None, retention_ms=None)
@@ -534,4 +539,43 @@ def test_retention_of_a_lake_enabled_log_waits_for_the_lake(tmp_path: Path) -> N
     forced = log.retain(3 * 10**6, bound)
     assert forced.forced == forced.deleted == segments - 2 and forced.forced_end_offset == 60
     assert log.log_start_offset == log.log_end_offset == 60 and forced.held_segments == 0
+    log.close()
+
+
+def test_retention_of_a_tiered_log_goes_by_local_ttl_and_only_removes_copies(tmp_path: Path) -> None:
+    """The leader of a tiered log (as in Fluss): local segments go by table.log.local-ttl, and only
+    once remote storage has them; the lake hold still keeps what the lake lacks, but a copy removed
+    past the hold bound is no loss (the remote log keeps it), so it is not reported as forced."""
+    clock = Clock(0)
+    # table.log.ttl of an hour: plain retention deletes nothing at t=10 s
+    log = open_log(tmp_path, LogConfig(segment_bytes=4096, segment_ms=None, retention_ms=3_600_000), clock)
+    for _ in range(60):
+        log.append_as_leader(make_batch(b"r" * 400))
+        clock.now += 10
+    log.update_high_watermark(log.log_end_offset)
+    segments = log.segment_count
+    bases = [s.base_offset for s in log.closed_segments()]
+    assert log.retain(10_000).deleted == 0
+
+    # nothing copied yet: nothing goes, however old
+    assert log.retain(10_000, tiered=TieredCopies(copied_end=0, local_ttl_ms=1000)).deleted == 0
+    # a local TTL of 0 disables TTL cleanup of local copies
+    assert log.retain(10_000, tiered=TieredCopies(copied_end=60, local_ttl_ms=0)).deleted == 0
+    # not yet expired by the local TTL
+    assert log.retain(1000, tiered=TieredCopies(copied_end=60, local_ttl_ms=1000)).deleted == 0
+    # remote storage holds the first three segments: exactly those go
+    copied = log.retain(10_000, tiered=TieredCopies(copied_end=bases[3], local_ttl_ms=1000))
+    assert copied.deleted == 3 and log.log_start_offset == bases[3]
+
+    # the lake hold still applies to local copies; past its bound they go, but nothing is lost
+    hold = LakeHold(lake_end_offset=bases[4] + 1, max_hold_ms=10**6)
+    all_copied = TieredCopies(copied_end=bases[-1], local_ttl_ms=1000)
+    held = log.retain(10_000, hold, all_copied)
+    assert held.deleted == 1 and log.log_start_offset == bases[4] and held.held_segments > 0
+    past_bound = log.retain(3 * 10**6, hold, all_copied)
+    assert past_bound.forced == 0 and past_bound.deleted == len(bases) - 5
+    assert log.log_start_offset == bases[-1] and log.segment_count == segments - len(bases) + 1
+    # past table.log.ttl a segment goes whether copied or not (remote retention would drop it at once)
+    assert log.retain(10**8, tiered=all_copied).deleted == 2  # the last closed one, then the rolled active
+    assert log.log_start_offset == log.log_end_offset == 60
     log.close()

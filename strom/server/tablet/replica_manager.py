@@ -28,6 +28,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.batch_validation import BatchCheck, log_batch_check
+from strom.server.tablet.durable_file import write_file_durably
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
@@ -274,6 +275,28 @@ def replica_directory(
     return path
 
 
+def _ensure_replica_meta(
+    path: Path, bucket: TableBucket, database: str, table: str, partition_name: str | None
+) -> None:
+    """Write the replica's identity file unless a readable one is there. It is written durably, and
+    an unreadable one (a power cut before an older, unsynced write reached the disk leaves it empty)
+    counts as absent, so it is rewritten rather than kept broken forever."""
+    try:
+        if isinstance(json.loads(path.read_bytes()), dict):
+            return
+    except (OSError, ValueError):
+        pass
+    body = {
+        "table_id": bucket.table_id,
+        "partition_id": bucket.partition_id,
+        "bucket": bucket.bucket,
+        "database": database,
+        "table": table,
+        "partition_name": partition_name,
+    }
+    write_file_durably(path, json.dumps(body).encode())
+
+
 def _is_plain_component(name: str) -> bool:
     return (
         bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\0" not in name
@@ -344,7 +367,14 @@ class ReplicaManager:
                 directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
                 self._stopped_while_opening.discard(bucket)
                 config = self.log_config(table_info)
-                opened = await asyncio.to_thread(LogTablet.open, directory / "log", config)
+
+                def open_replica() -> LogTablet:
+                    # replica.json too: its durable write is two fsyncs
+                    directory.mkdir(parents=True, exist_ok=True)
+                    _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
+                    return LogTablet.open(directory / "log", config)
+
+                opened = await asyncio.to_thread(open_replica)
                 if bucket in self._stopped_while_opening:  # stopped (or dropped) while its files opened
                     self._stopped_while_opening.discard(bucket)
                     opened.close()
@@ -430,21 +460,9 @@ class ReplicaManager:
         if replica is None:
             self.deleted_tables.discard(bucket.table_id)
             directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
-            directory.mkdir(parents=True, exist_ok=True)
-            meta = directory / "replica.json"
-            if not meta.exists():
-                meta.write_text(
-                    json.dumps(
-                        {
-                            "table_id": bucket.table_id,
-                            "partition_id": bucket.partition_id,
-                            "bucket": bucket.bucket,
-                            "database": database,
-                            "table": table,
-                            "partition_name": partition_name,
-                        }
-                    )
-                )
+            if opened_log is None:  # else take_leadership did this in an executor
+                directory.mkdir(parents=True, exist_ok=True)
+                _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
             replica = Replica(bucket, database, table, partition_name, directory, table_info)
             replica.log = opened_log or LogTablet.open(directory / "log", self.log_config(table_info))
             self.replicas[bucket] = replica

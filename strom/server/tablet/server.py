@@ -56,6 +56,7 @@ from strom.server.tablet.kv_service import KvService
 from strom.server.tablet.leader_epoch_service import LeaderEpochService
 from strom.server.tablet.log.lake_hold import RetentionOutcome, lake_hold
 from strom.server.tablet.log.log_config import LogConfig
+from strom.server.tablet.log.log_tablet import TieredCopies
 from strom.server.tablet.log_service import LogService
 from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
@@ -285,7 +286,7 @@ class TabletServer:
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
-        self.kv_manager.close()
+        await self.kv_manager.aclose()
         self.replica_manager.close()
         # only now is everything on disk: the next start may trust its replicas
         self.clean_shutdown.record()
@@ -384,7 +385,7 @@ class TabletServer:
                     if "retention" in due and not replica.table_info.has_primary_key:
                         # a lake-enabled table's segments also wait for the lake (lake_hold.py)
                         hold = lake_hold(replica.table_info.properties, replica.lake_log_end_offset)
-                        outcome = tablet.retain(now_ms, hold)
+                        outcome = tablet.retain(now_ms, hold, self._tiered_copies(replica))
                         if outcome.deleted:
                             log.info("retention deleted %d segment(s) of %s", outcome.deleted, replica.bucket)
                         self._on_retention(replica, "local", outcome)
@@ -392,6 +393,17 @@ class TabletServer:
                         tablet.remove_expired_writers(now_ms)
                 except Exception:
                     log.exception("log maintenance of %s failed", replica.bucket)
+
+    def _tiered_copies(self, replica: Replica) -> TieredCopies | None:
+        """For the leader of a log that is tiered: how far its remote copy reaches (nothing until
+        its manifest is loaded) and `table.log.local-ttl`, which then rules local retention."""
+        if self.remote_logs is None or not replica.is_leader(self.server_id):
+            return None
+        remote = replica.remote
+        return TieredCopies(
+            copied_end=0 if remote is None else remote.end_offset or 0,
+            local_ttl_ms=int(replica.table_info.log_local_ttl.total_seconds() * 1000),
+        )
 
     def _on_retention(self, replica: Replica, tier: str, outcome: RetentionOutcome) -> None:
         """Record what a retention pass held for the lake, and shout when the hold bound deleted
@@ -836,6 +848,11 @@ class TabletServer:
                 replica.lake_log_end_offset = max(replica.lake_log_end_offset, entry.log_end_offset)
         return pb.NotifyLakeTableOffsetResponse()
 
+    async def _purge_after_kv_closes(self) -> None:
+        # the kv tablets of the stopped replicas are still closing in the background
+        await self.kv_manager.wait_closed()
+        await asyncio.to_thread(self.replica_manager.purge_trash)
+
     async def _stop_replica(self, request: pb.StopReplicaRequest, ctx: RequestContext) -> Message:
         response = pb.StopReplicaResponse()
         deleted = False
@@ -857,7 +874,7 @@ class TabletServer:
                     asyncio.to_thread(self.kv_manager.delete_snapshots, replica), name="delete-kv-snapshots"
                 )
         if deleted:  # the files of a dropped table's replicas go off the event loop (many, for a big log)
-            self._tasks.spawn(asyncio.to_thread(self.replica_manager.purge_trash), name="purge-trash")
+            self._tasks.spawn(self._purge_after_kv_closes(), name="purge-trash")
         return response
 
 

@@ -16,7 +16,8 @@ A tablet that had no write for `kv.rocksdb.idle-flush.interval` flushes its memt
 A tablet belongs to one leadership: if the replica object, its log or its leader epoch changed (a new
 leadership after someone else led, so the log may have been truncated) or a write failed, the next
 `leader_tablet` rebuilds it. Call `drop` when a replica stops or becomes a follower (its open
-RocksDB and pre-write buffer go), and wire `flush_to_high_watermark` into the replica's high-watermark
+RocksDB and pre-write buffer go; the close, which flushes the memtable, runs in an executor and an
+open of the same bucket waits for it), and wire `flush_to_high_watermark` into the replica's high-watermark
 advance so RocksDB holds every committed change before the high watermark shows it.
 """
 
@@ -120,6 +121,11 @@ class KvManager:
         self._tablets: dict[TableBucket, _Open] = {}
         self._opening: dict[TableBucket, asyncio.Future[_Open]] = {}
         self._locks: dict[TableBucket, asyncio.Lock] = {}
+        # Closing a tablet flushes its memtable (rocksdict always does, tens of ms to seconds), so
+        # closes run on threads of their own, off the event loop; an open of the same bucket waits
+        # for its close (RocksDB's lock on the directory, and the open clears the directory first).
+        self._close_executor = ThreadPoolExecutor(2, thread_name_prefix="kv-close")
+        self._closing: dict[TableBucket, asyncio.Future[None]] = {}
 
     # ---- access ------------------------------------------------------------------------------
 
@@ -227,6 +233,9 @@ class KvManager:
         kv_dir = replica.directory / KV_DIR
         db_dir = kv_dir / "db"
         store = self.snapshot_store(replica)
+        closing = self._closing.get(bucket)
+        if closing is not None:
+            await asyncio.shield(closing)  # never fails: _close_tablet logs
         log_end = log_tablet.log_end_offset
 
         def restore_and_open() -> _Restored:
@@ -263,9 +272,7 @@ class KvManager:
         row_count = 0 if snapshot is None else snapshot.row_count
         kv.use_schemas(replica.schema_history)
         try:
-            for _ in iter_recover(
-                kv, log_tablet, start, row_count, read_bytes=self.recover_read_bytes
-            ):
+            for _ in iter_recover(kv, log_tablet, start, row_count, read_bytes=self.recover_read_bytes):
                 await asyncio.sleep(0)  # let other buckets' requests run between chunks
         except BaseException:
             kv.close()
@@ -396,23 +403,65 @@ class KvManager:
     # ---- closing -----------------------------------------------------------------------------
 
     def _close(self, bucket: TableBucket) -> None:
+        """Forget the bucket's tablet and close it in the close executor (at once without an event
+        loop); `_open` of the bucket waits for that close."""
         entry = self._tablets.pop(bucket, None)
-        if entry is not None:
-            try:
-                entry.kv.close()
-            except Exception:
-                log.exception("closing the kv tablet of %s failed", bucket)
+        if entry is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            _close_tablet(bucket, entry.kv)
+            return
+        closing = loop.run_in_executor(self._close_executor, _close_tablet, bucket, entry.kv)
+        self._closing[bucket] = closing
+
+        def forget(done: asyncio.Future[None]) -> None:
+            if self._closing.get(bucket) is done:
+                del self._closing[bucket]
+
+        closing.add_done_callback(forget)
+
+    async def wait_closed(self) -> None:
+        """Wait for the closes under way (before their directories' files are deleted)."""
+        pending = list(self._closing.values())
+        if pending:
+            await asyncio.gather(*(asyncio.shield(f) for f in pending))
 
     def drop(self, bucket: TableBucket) -> None:
-        """Close the bucket's tablet (its replica stops or becomes a follower)."""
+        """Close the bucket's tablet (its replica stops or becomes a follower), in the background."""
         self._close(bucket)
         self._locks.pop(bucket, None)
 
-    def close(self) -> None:
+    def _close_all(self) -> None:
         for task in list(self._scheduled.values()):
             task.cancel()
         self._scheduled.clear()
         for bucket in list(self._tablets):
             self._close(bucket)
         self._locks.clear()
+
+    async def aclose(self) -> None:
+        """Close every tablet, in parallel and off the event loop (server shutdown)."""
+        self._close_all()
+        await self.wait_closed()
+        await asyncio.to_thread(self._shutdown_executors)
+
+    def close(self) -> None:
+        """Close every tablet and wait for it (blocking: for callers without an event loop)."""
+        self._close_all()
+        self._shutdown_executors()
+
+    def _shutdown_executors(self) -> None:
+        self._close_executor.shutdown(wait=True)
         self._open_executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _close_tablet(bucket: TableBucket, kv: KvTablet) -> None:
+    try:
+        kv.close()
+    except Exception:
+        if kv.directory.exists():
+            log.exception("closing the kv tablet of %s failed", bucket)
+        else:  # its replica was deleted meanwhile: the memtable flush had nowhere to go
+            log.info("closed the kv tablet of deleted replica %s without its final flush", bucket)

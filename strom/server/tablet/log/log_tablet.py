@@ -68,6 +68,7 @@ __all__ = [
     "AppendResult",
     "FetchResult",
     "LogTablet",
+    "TieredCopies",
 ]
 
 _log = logging.getLogger(__name__)
@@ -103,6 +104,19 @@ class FetchResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+
+
+# How far a verdict goes towards deleting a segment (the stronger of two TTLs wins).
+_EAGERNESS = {Verdict.KEEP: 0, Verdict.HOLD: 1, Verdict.FORCE: 2, Verdict.DELETE: 3}
+
+
+@dataclass(frozen=True, slots=True)
+class TieredCopies:
+    """What local retention of a tiered log needs: how far remote storage holds the log, and
+    `table.log.local-ttl` (inheriting `table.log.ttl`; 0 or less: no TTL cleanup of local copies)."""
+
+    copied_end: int
+    local_ttl_ms: int
 
 
 class LogTablet:
@@ -614,21 +628,39 @@ class LogTablet:
         """TTL retention alone (no lake hold); returns the number of segments deleted."""
         return self.retain(now_ms).deleted
 
-    def retain(self, now_ms: int, hold: LakeHold | None = None) -> RetentionOutcome:
+    def retain(
+        self, now_ms: int, hold: LakeHold | None = None, tiered: TieredCopies | None = None
+    ) -> RetentionOutcome:
         """Delete the oldest closed segments whose newest batch is older than `retention_ms`, only
         below the high watermark, and, for a lake-enabled table (`hold`), only those the lake holds
         (or that the hold bound forces out). Rolls the active segment once it could go too, so it
-        can go next time."""
+        can go next time.
+
+        For the leader of a log tiered to remote storage (`tiered`), segments already copied there
+        also go once older than `table.log.local-ttl`, as in Fluss. A copy removed past the hold
+        bound is no loss (the remote log still has it, and its own retention applies the hold), so
+        it is not reported as forced. Segments past `table.log.ttl` go whether copied or not: remote
+        retention would delete them at once."""
         self._check_open()
         self._poll_flushes()
-        retention = self.config.retention_ms
-        if not self.config.retention_enabled or retention is None:
+        ttl = self.config.retention_ms if self.config.retention_enabled else None
+        local_ttl = tiered.local_ttl_ms if tiered is not None and tiered.local_ttl_ms > 0 else None
+        if ttl is None and local_ttl is None:
             return RetentionOutcome()
 
-        def verdict(end_offset: int, max_timestamp: int) -> Verdict:
+        def by_ttl(end_offset: int, max_timestamp: int, ttl_ms: int | None) -> Verdict:
+            if ttl_ms is None:
+                return Verdict.KEEP
             if hold is None:
-                return Verdict.DELETE if now_ms - max_timestamp > retention else Verdict.KEEP
-            return hold.verdict(end_offset, max_timestamp, now_ms, retention)
+                return Verdict.DELETE if now_ms - max_timestamp > ttl_ms else Verdict.KEEP
+            return hold.verdict(end_offset, max_timestamp, now_ms, ttl_ms)
+
+        def verdict(end_offset: int, max_timestamp: int) -> Verdict:
+            found = by_ttl(end_offset, max_timestamp, ttl)
+            if tiered is None or end_offset > tiered.copied_end:
+                return found
+            found = max(found, by_ttl(end_offset, max_timestamp, local_ttl), key=_EAGERNESS.__getitem__)
+            return Verdict.DELETE if found is Verdict.FORCE else found
 
         def deletable() -> tuple[int, int, int]:
             count = forced = 0
