@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from faults.lazyfs import LazyMount, fuse_available
 from kv_table_maker import LOG_CONFIG, make_info
+from log_batch_maker import make_batch
 
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
@@ -72,3 +73,23 @@ def test_an_unreadable_replica_json_is_rewritten(tmp_path: Path, left: bytes) ->
         manager.close()
     assert json.loads(meta.read_bytes()) == EXPECTED
     assert not meta.with_name("replica.json.tmp").exists()
+
+
+def test_a_log_on_disk_is_found_by_ids_and_reports_its_epoch(tmp_path: Path) -> None:
+    """DescribeReplicas' `on_disk` (the coordinator's last-resort election): a bucket's log that no
+    replica holds open yet, found from the ids alone, even when a power cut emptied replica.json."""
+    manager = ReplicaManager(0, tmp_path, lambda info: LOG_CONFIG)
+    lead(manager).log_tablet().append_as_leader(make_batch(records=5))
+    manager.close()
+    again = ReplicaManager(0, tmp_path, lambda info: LOG_CONFIG)  # a restarted server
+    tablet = asyncio.run(again.log_on_disk(BUCKET))
+    assert tablet is not None
+    assert (tablet.leader_epochs.latest_epoch, tablet.log_end_offset) == (1, 5)
+    assert asyncio.run(again.log_on_disk(TableBucket(7, None, 3))) is None
+    assert asyncio.run(again.log_on_disk(TableBucket(17, None, 2))) is None
+    meta = tmp_path / "db" / "t-7" / "bucket-2" / "replica.json"
+    meta.write_bytes(b"")
+    assert asyncio.run(again.log_on_disk(BUCKET)) is not None
+    meta.write_text(json.dumps({**EXPECTED, "table_id": 8}))  # not this bucket's
+    assert asyncio.run(again.log_on_disk(BUCKET)) is None
+    assert again.replicas == {}  # looking opened no replica

@@ -420,21 +420,26 @@ class ReplicaManager:
             return await asyncio.to_thread(open_and_close)
 
     def _directory_on_disk(self, bucket: TableBucket) -> Path | None:
-        """`replica_directory` without the names (the coordinator's question carries ids only)."""
+        """`replica_directory` without the names (the coordinator's question carries ids only). A
+        table's directory ends in `-<table_id>`, so the pattern names one table; a readable
+        replica.json must agree (an unreadable one, emptied by a power cut, does not hide the log)."""
         table_glob = f"*/*-{bucket.table_id}"
         if bucket.partition_id is not None:
             table_glob += f"/*-p{bucket.partition_id}"
         for directory in self.data_dir.glob(f"{table_glob}/bucket-{bucket.bucket}"):
-            try:
-                meta = json.loads((directory / "replica.json").read_text())
-            except (OSError, ValueError):
+            if directory.relative_to(self.data_dir).parts[0] == TRASH_DIR or not (directory / "log").is_dir():
                 continue
-            if (meta.get("table_id"), meta.get("partition_id"), meta.get("bucket")) == (
-                bucket.table_id,
-                bucket.partition_id,
-                bucket.bucket,
-            ) and (directory / "log").is_dir():
-                return directory
+            try:
+                meta = json.loads((directory / "replica.json").read_bytes())
+            except (OSError, ValueError):
+                meta = None
+            ids = (bucket.table_id, bucket.partition_id, bucket.bucket)
+            if (
+                isinstance(meta, dict)
+                and (meta.get("table_id"), meta.get("partition_id"), meta.get("bucket")) != ids
+            ):
+                continue
+            return directory
         return None
 
     def become_leader_or_follower(
