@@ -22,6 +22,7 @@ from google.protobuf.message import Message
 from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.errors import (
+    AuthorizationError,
     FlussError,
     LakeSnapshotNotExistError,
     LeaderNotAvailableError,
@@ -748,6 +749,12 @@ class TabletServer:
 
     async def _describe_replicas(self, request: Message, ctx: RequestContext) -> Message:
         assert isinstance(request, internal.DescribeReplicasRequest)
+        if request.on_disk and not self.security.is_trusted(ctx.session.listener, ctx.session.principal):
+            # opening (recovering) logs no replica holds is for the coordinator's elections only
+            raise AuthorizationError(
+                "DescribeReplicas with on_disk is served only on the internal listener or to an internal "
+                f"principal, not to {ctx.session.principal}"
+            )
         response = describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
         for entry in request.on_disk:
             partition = entry.partition_id if entry.HasField("partition_id") else None
