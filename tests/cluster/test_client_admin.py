@@ -255,6 +255,38 @@ def test_partitions(shared_cluster: Cluster) -> None:
     run(shared_cluster, body)
 
 
+def test_concurrent_ddl_of_one_name_creates_it_once(shared_cluster: Cluster) -> None:
+    """Store writes are awaited off the coordinator's loop, so a name's check and its write must stay
+    together: racing creates of one database, table or partition make it once, and every other
+    request gets the 'already exists' error, never an internal one (the fuzzer found IntegrityError)."""
+    db = unique("race")
+    racers = 12
+
+    async def race(attempts: list[Awaitable[Any]], exists: type[Exception]) -> None:
+        results = await asyncio.gather(*attempts, return_exceptions=True)
+        errors_seen = [r for r in results if isinstance(r, BaseException)]
+        assert len(results) - len(errors_seen) == 1, results
+        assert all(isinstance(e, exists) for e in errors_seen), errors_seen
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        await race([admin.create_database(db) for _ in range(racers)], errors.DatabaseAlreadyExistError)
+        path = TablePath(db, "t")
+        schema = Schema.from_arrow_schema(pa.schema([("id", pa.int64()), ("day", pa.string())]))
+        descriptor = TableDescriptor(schema, partition_keys=["day"], bucket_count=1)
+        await race(
+            [admin.create_table(path, descriptor) for _ in range(racers)], errors.TableAlreadyExistError
+        )
+        await race(
+            [admin.create_partition(path, {"day": "20240101"}) for _ in range(racers)],
+            errors.PartitionAlreadyExistsError,
+        )
+        assert [p.partition_name for p in await admin.list_partition_infos(path)] == ["20240101"]
+        await admin.drop_database(db, cascade=True)
+
+    run(shared_cluster, body)
+
+
 def test_server_nodes(shared_cluster: Cluster) -> None:
     async def body(conn: Connection) -> None:
         nodes = await conn.get_admin().get_server_nodes()

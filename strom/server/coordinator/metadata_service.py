@@ -99,7 +99,9 @@ class MetadataService:
         # called after AlterTable stored a table's new descriptor (old descriptor, new record)
         self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
         controller.table_metadata = self.tables_metadata
-        self._alter_lock = asyncio.Lock()
+        # DDL checks a name, then writes: store writes await the store's thread, so two requests for one
+        # name could both pass the check. One DDL at a time keeps check and write together.
+        self._ddl_lock = asyncio.Lock()
 
     # ---- lookups shared by the handlers
 
@@ -142,16 +144,22 @@ class MetadataService:
                 raise InvalidDatabaseError(f"Invalid database descriptor for '{name}': {e}") from None
         else:
             descriptor = DatabaseDescriptor()
-        if self.store.get_database(name) is not None:
-            if request.ignore_if_exists:
-                return pb.CreateDatabaseResponse()
-            raise DatabaseAlreadyExistError(f"Database '{name}' already exists.")
-        created = now_ms()
-        await self.store.create_database(DatabaseRecord(name, descriptor.to_json_bytes(), created, created))
+        async with self._ddl_lock:
+            if self.store.get_database(name) is not None:
+                if request.ignore_if_exists:
+                    return pb.CreateDatabaseResponse()
+                raise DatabaseAlreadyExistError(f"Database '{name}' already exists.")
+            created = now_ms()
+            record = DatabaseRecord(name, descriptor.to_json_bytes(), created, created)
+            await self.store.create_database(record)
         log.info("created database %s", name)
         return pb.CreateDatabaseResponse()
 
     async def drop_database(self, request: pb.DropDatabaseRequest, ctx: object) -> pb.DropDatabaseResponse:
+        async with self._ddl_lock:
+            return await self._drop_database(request)
+
+    async def _drop_database(self, request: pb.DropDatabaseRequest) -> pb.DropDatabaseResponse:
         name = request.database_name
         if self.store.get_database(name) is None:
             if request.ignore_if_not_exists:
@@ -221,6 +229,19 @@ class MetadataService:
             raise InvalidTableError("Creation of Log Tables is disallowed in the cluster.")
 
     async def create_table(self, request: pb.CreateTableRequest, ctx: object) -> pb.CreateTableResponse:
+        async with self._ddl_lock:
+            created = await self._create_table(request)
+        if created is not None:
+            record, assignments = created
+            await self.controller.notify_leadership(assignments)
+            if self.on_table_created is not None:
+                await self.on_table_created(record)
+        return pb.CreateTableResponse()
+
+    async def _create_table(
+        self, request: pb.CreateTableRequest
+    ) -> tuple[TableRecord, list[BucketAssignment]] | None:
+        """Check and store a new table: its record and bucket assignments, or None if it exists."""
         path = table_path_of(request.table_path)
         self._database(path.database_name)
         descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
@@ -232,7 +253,7 @@ class MetadataService:
         )
         if self.store.get_table(path.database_name, path.table_name) is not None:
             if request.ignore_if_exists:
-                return pb.CreateTableResponse()
+                return None
             raise TableAlreadyExistError(f"Table '{path}' already exists.")
         replication_factor = descriptor.replication_factor()
         bucket_count = descriptor.bucket_count
@@ -260,20 +281,18 @@ class MetadataService:
 
         await self.store.atomically(create)
         log.info("created table %s (id %d, %d buckets)", path, table_id, bucket_count)
-        await self.controller.notify_leadership(assignments)
-        if self.on_table_created is not None:
-            await self.on_table_created(record)
-        return pb.CreateTableResponse()
+        return record, assignments
 
     async def drop_table(self, request: pb.DropTableRequest, ctx: object) -> pb.DropTableResponse:
         path = table_path_of(request.table_path)
-        record = self.store.get_table(path.database_name, path.table_name)
-        if record is None:
-            if request.ignore_if_not_exists:
-                return pb.DropTableResponse()
-            raise TableNotExistError(f"Table '{path}' does not exist.")
-        buckets = self.store.list_buckets(record.table_id)
-        await self.store.drop_table(record.table_id)
+        async with self._ddl_lock:
+            record = self.store.get_table(path.database_name, path.table_name)
+            if record is None:
+                if request.ignore_if_not_exists:
+                    return pb.DropTableResponse()
+                raise TableNotExistError(f"Table '{path}' does not exist.")
+            buckets = self.store.list_buckets(record.table_id)
+            await self.store.drop_table(record.table_id)
         if self.on_table_dropped is not None:
             await self.on_table_dropped(record.table_id)
         await self.controller.stop_replicas(buckets, delete=True)
@@ -317,7 +336,7 @@ class MetadataService:
         # One at a time: an alteration reads the table, may wait (creating its lake table), then
         # writes; another in between would be overwritten, its schema left behind under a schema id
         # the table no longer has (and the next AddColumn refused for that id).
-        async with self._alter_lock:
+        async with self._ddl_lock:
             return await self._alter_table(request)
 
     async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse:
@@ -419,15 +438,29 @@ class MetadataService:
         record, descriptor = self._partitioned_table(path)
         spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
         name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, True))
-        if self.store.get_partition(record.table_id, name) is not None:
-            if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message
-                return pb.CreatePartitionResponse()
-            raise PartitionAlreadyExistsError(f"Partition '{name}' of table '{path}' already exists.")
-        await self.add_partition(record, descriptor, name)
+        async with self._ddl_lock:
+            if self.store.get_partition(record.table_id, name) is not None:
+                if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message
+                    return pb.CreatePartitionResponse()
+                raise PartitionAlreadyExistsError(f"Partition '{name}' of table '{path}' already exists.")
+            _, assignments = await self._store_partition(record, descriptor, name)
+        await self.controller.notify_leadership(assignments)
         return pb.CreatePartitionResponse()
 
     async def add_partition(self, record: TableRecord, descriptor: TableDescriptor, name: str) -> int:
-        """Creates a partition with its buckets (used by CreatePartition and auto-partitioning)."""
+        """Creates a partition with its buckets unless it exists (auto-partitioning); its id."""
+        async with self._ddl_lock:
+            existing = self.store.get_partition(record.table_id, name)
+            if existing is not None:
+                return existing.partition_id
+            partition_id, assignments = await self._store_partition(record, descriptor, name)
+        await self.controller.notify_leadership(assignments)
+        return partition_id
+
+    async def _store_partition(
+        self, record: TableRecord, descriptor: TableDescriptor, name: str
+    ) -> tuple[int, list[BucketAssignment]]:
+        """Stores a new partition with its buckets (the caller holds the DDL lock)."""
         max_partitions = self.config.get(options.MAX_PARTITION_NUM)
         existing = self.store.list_partitions(record.table_id)
         if max_partitions is not None and len(existing) >= max_partitions:
@@ -453,8 +486,7 @@ class MetadataService:
 
         await self.store.atomically(create)
         log.info("created partition %s of %s.%s (id %d)", name, record.database, record.name, partition_id)
-        await self.controller.notify_leadership(assignments)
-        return partition_id
+        return partition_id, assignments
 
     async def drop_partition(self, request: pb.DropPartitionRequest, ctx: object) -> pb.DropPartitionResponse:
         path = table_path_of(request.table_path)
@@ -471,10 +503,15 @@ class MetadataService:
 
     async def remove_partition(self, record: TableRecord, partition: PartitionRecord) -> None:
         """Drops a partition and deletes its replicas (DropPartition and auto-partition retention)."""
-        buckets = [
-            b for b in self.store.list_buckets(record.table_id) if b.partition_id == partition.partition_id
-        ]
-        await self.store.drop_partition(partition.partition_id)
+        async with self._ddl_lock:
+            if self.store.get_partition_by_id(partition.partition_id) is None:
+                return  # dropped meanwhile (DropPartition and retention may race)
+            buckets = [
+                b
+                for b in self.store.list_buckets(record.table_id)
+                if b.partition_id == partition.partition_id
+            ]
+            await self.store.drop_partition(partition.partition_id)
         await self.controller.stop_replicas(buckets, delete=True)
         log.info("dropped partition %s of %s.%s", partition.name, record.database, record.name)
 
