@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -254,8 +255,17 @@ def _read_ids(cluster: Cluster, path: Any) -> list[int]:
         ids: list[int] = (await scanner.to_arrow()).column("id").to_pylist()
         return ids
 
-    result: list[int] = run_pyfluss(cluster.bootstrap, body)
-    return result
+    # A restarted server is listed before its leadership reaches it, and pyfluss's to_arrow does not
+    # retry NOT_LEADER_OR_FOLLOWER (12): read again until the election is there (bounded).
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            result: list[int] = run_pyfluss(cluster.bootstrap, body)
+            return result
+        except fluss.FlussError as e:
+            if "is not the leader" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def test_tablet_server_power_cut_loses_only_what_it_never_fsynced(
