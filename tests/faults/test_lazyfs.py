@@ -255,15 +255,17 @@ def _read_ids(cluster: Cluster, path: Any) -> list[int]:
         ids: list[int] = (await scanner.to_arrow()).column("id").to_pylist()
         return ids
 
-    # A restarted server is listed before its leadership reaches it, and pyfluss's to_arrow does not
-    # retry NOT_LEADER_OR_FOLLOWER (12): read again until the election is there (bounded).
-    deadline = time.monotonic() + 20
+    # A restarted server is listed before it is elected (an unclean restart waits for the coordinator's
+    # last-resort election) and before its leadership reaches it; pyfluss's to_arrow retries neither
+    # "no leader" nor NOT_LEADER_OR_FOLLOWER (12): read again until the election is there (bounded).
+    deadline = time.monotonic() + 30
     while True:
         try:
             result: list[int] = run_pyfluss(cluster.bootstrap, body)
             return result
         except fluss.FlussError as e:
-            if "is not the leader" not in str(e) or time.monotonic() > deadline:
+            leaderless = "is not the leader" in str(e) or "No leader found" in str(e)
+            if not leaderless or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
 
