@@ -308,21 +308,10 @@ class Controller:
         """
         async with self.lock:
             live = set(self.membership.servers) - server_ids
-            changed: list[BucketAssignment] = []
-            last_resort: list[BucketAssignment] = []
-            for a in self.store.list_buckets():
-                if a.leader not in server_ids and not set(a.isr) & server_ids:
-                    continue
-                new, kind = elect(a, server_ids, live, self.min_isr, self._unclean_allowed(a.table_id))
-                if kind is Election.LAST_RESORT:
-                    last_resort.append(new)
-                else:
-                    self._count(new, kind)
-                if new != a:
-                    changed.append(new)
-            if last_resort:
-                chosen = await self._prefer_longest_logs(last_resort)
-                changed = [chosen.get(a.key, a) for a in changed]
+            affected = [
+                a for a in self.store.list_buckets() if a.leader in server_ids or set(a.isr) & server_ids
+            ]
+            changed = await self._elect_all(affected, server_ids, live)
             if changed:
                 await self.store.put_buckets(changed)
                 log.info(
@@ -340,23 +329,31 @@ class Controller:
         """Try again to elect leaders of this table's leaderless buckets (its options changed)."""
         async with self.lock:
             live = set(self.membership.servers)
-            changed: list[BucketAssignment] = []
-            last_resort: list[BucketAssignment] = []
-            for a in self.store.list_buckets(table_id):
-                if a.leader is None:
-                    new, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(table_id))
-                    if kind is Election.LAST_RESORT:
-                        last_resort.append(new)
-                    else:
-                        self._count(new, kind)
-                    if new != a:
-                        changed.append(new)
-            if last_resort:
-                chosen = await self._prefer_longest_logs(last_resort)
-                changed = [chosen.get(a.key, a) for a in changed]
+            waiting = [a for a in self.store.list_buckets(table_id) if a.leader is None]
+            changed = await self._elect_all(waiting, set(), live)
             if changed:
                 await self.store.put_buckets(changed)
         await self.notify_leadership(changed)
+
+    async def _elect_all(
+        self, buckets: list[BucketAssignment], gone: set[int], live: set[int]
+    ) -> list[BucketAssignment]:
+        """Elect each bucket (`gone` servers just left); last-resort choices ask the replicas for their
+        logs first. Returns the buckets whose assignment changed."""
+        changed: list[BucketAssignment] = []
+        last_resort: list[BucketAssignment] = []
+        for a in buckets:
+            new, kind = elect(a, gone, live, self.min_isr, self._unclean_allowed(a.table_id))
+            if kind is Election.LAST_RESORT:
+                last_resort.append(new)
+            else:
+                self._count(new, kind)
+            if new != a:
+                changed.append(new)
+        if last_resort:
+            chosen = await self._prefer_longest_logs(last_resort)
+            changed = [chosen.get(a.key, a) for a in changed]
+        return changed
 
     async def _prefer_longest_logs(
         self, elected: list[BucketAssignment]
