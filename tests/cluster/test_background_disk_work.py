@@ -15,8 +15,9 @@ from typing import Any
 import pyarrow as pa
 from harness import Cluster
 
-from strom.client import Connection, Schema, TableDescriptor, TablePath
+from strom.client import Connection, Schema, TableChange, TableDescriptor, TablePath
 from strom.client.scanner import EARLIEST_OFFSET
+from strom.common.errors import LogOffsetOutOfRangeError
 from strom.server.tablet.replica_manager import TRASH_DIR
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
@@ -168,9 +169,19 @@ def test_tiering_expires_remote_segments_and_keeps_the_log_readable(cluster_fact
         await asyncio.sleep(3.5)  # the first wave expires
         await write(table, 40000, 40000)
         await wait_for(lambda: not first & remote_logs(), "expired remote segments were not deleted")
-        start = (await conn.get_admin().list_offsets(path, [0], _earliest()))[0]
-        assert start > 0
-        assert await read_ids(table, 1) == list(range(start, 80000))
+        # stop expiry before reading: under load a 3 s TTL can overtake the reader (CI saw it)
+        await conn.get_admin().alter_table(path, [TableChange.set_option("table.log.ttl", "1h")])
+        for _ in range(5):  # until the tablet server has the new TTL
+            start = (await conn.get_admin().list_offsets(path, [0], _earliest()))[0]
+            assert start > 0
+            try:
+                ids = await read_ids(table, 1)
+            except LogOffsetOutOfRangeError:
+                await asyncio.sleep(0.5)
+                continue
+            assert ids == list(range(start, 80000))
+            return
+        raise AssertionError("the log start kept moving after table.log.ttl was raised to 1h")
 
     run(cluster, body)
 
