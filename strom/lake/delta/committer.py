@@ -1,0 +1,145 @@
+"""The Delta lake committer: one tiering round -> one Delta table version carrying Fluss offsets.
+
+A round's files are added by one ``WRITE`` (append) commit whose commitInfo carries, as custom
+metadata, ``commit-user=__fluss_lake_tiering``, ``fluss-offsets`` and ``strom-commit-id``. Exactly
+once rests on the format-independent checks of `strom.lake.commit_checks` made against the latest
+tiering version, and on the commit landing as the very next version: it is made with no commit
+retries, so if another writer took that version delta-rs fails it and the committer looks again (the
+round is then found committed, or refused as stale).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable
+from deltalake.exceptions import CommitFailedError
+from deltalake.transaction import AddAction
+
+from strom.common.table_descriptor import TableInfo
+from strom.lake.commit_checks import (
+    COMMIT_ATTEMPTS,
+    COMMIT_ID_PROPERTY,
+    check_offsets_ahead,
+    checked_results,
+    checked_round,
+    commit_id,
+)
+from strom.lake.delta.catalog import DeltaLakeCatalog
+from strom.lake.delta.writer import DeltaWriteResult
+from strom.lake.errors import LakeCommitConflictError
+from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
+from strom.lake.offsets import is_tiering_snapshot
+from strom.lake.snapshot_summary import qualified_partition_names, tiering_snapshot_info, tiering_summary
+from strom.lake.warehouse import delete_files
+
+__all__ = ["DeltaLakeCommitter"]
+
+# History entries read at once while looking for the latest tiering commit.
+_HISTORY_PAGE = 50
+
+
+def _properties(entry: Mapping[str, Any]) -> dict[str, str]:
+    """A commitInfo's custom metadata (delta-rs puts it next to the standard fields)."""
+    return {str(k): str(v) for k, v in entry.items() if isinstance(v, str)}
+
+
+class DeltaLakeCommitter(LakeCommitter):
+    def __init__(self, catalog: DeltaLakeCatalog, table_info: TableInfo) -> None:
+        self._catalog = catalog
+        self._info = table_info
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _history(self, table: DeltaTable) -> Iterator[tuple[int, int, dict[str, str]]]:
+        """(version, timestamp ms, properties) from the latest commit back to the first kept one."""
+        entries = table.history(_HISTORY_PAGE)
+        if len(entries) >= _HISTORY_PAGE:
+            entries = table.history()
+        for entry in entries:
+            yield int(entry["version"]), int(entry.get("timestamp", 0)), _properties(entry)
+
+    def _latest_tiering(self, table: DeltaTable) -> LakeSnapshotInfo | None:
+        for version, millis, properties in self._history(table):
+            if is_tiering_snapshot(properties):
+                return tiering_snapshot_info(version, properties, millis)
+        return None
+
+    def latest_snapshot(self) -> LakeSnapshotInfo | None:
+        return self._latest_tiering(self._catalog.open(self._info.table_path))
+
+    # -- committing -----------------------------------------------------------------------------
+
+    def commit(
+        self,
+        results: Sequence[WriteResult],
+        bucket_offsets: Mapping[BucketKey, int],
+        properties: Mapping[str, str] | None = None,
+        *,
+        partition_names: Mapping[int, str] | None = None,
+    ) -> int:
+        delta_results, offsets = checked_round(
+            results, bucket_offsets, DeltaWriteResult, "a Delta", self._info
+        )
+        round_id = commit_id((name for r in delta_results for name in r.file_names), offsets)
+        names = qualified_partition_names(self._info, delta_results, partition_names)
+        actions = [
+            AddAction(
+                path=f.path,
+                size=f.size,
+                partition_values=dict(f.partition_values),
+                modification_time=f.modification_time,
+                data_change=True,
+                stats=f.stats,
+            )
+            for r in delta_results
+            for f in r.files
+        ]
+        for attempt in range(COMMIT_ATTEMPTS):
+            table = self._catalog.open(self._info.table_path)
+            done = self._committed_version(table, round_id)
+            if done is not None:
+                return done
+            previous = self._latest_tiering(table)
+            check_offsets_ahead(self._info.table_path, previous, offsets, delta_results)
+            summary = tiering_summary(previous, offsets, names, properties, round_id)
+            version = table.version()
+            try:
+                table.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=pa.schema(table.schema().to_arrow()),
+                    partition_by=list(self._info.partition_keys) or None,
+                    commit_properties=CommitProperties(custom_metadata=summary, max_commit_retries=0),
+                )
+            except CommitFailedError:
+                time.sleep(0.05 * (attempt + 1))  # another commit took the version: look again
+                continue
+            return version + 1
+        raise LakeCommitConflictError(
+            f"Could not commit a tiering round of {self._info.table_path}: other commits kept taking the "
+            f"next version ({COMMIT_ATTEMPTS} attempts)."
+        )
+
+    def _committed_version(self, table: DeltaTable, round_id: str) -> int | None:
+        """The version that already holds this round: looked for down to the latest tiering version."""
+        for version, _, properties in self._history(table):
+            if properties.get(COMMIT_ID_PROPERTY) == round_id:
+                return version
+            if is_tiering_snapshot(properties):
+                return None
+        return None
+
+    def abort(self, results: Sequence[WriteResult]) -> None:
+        delta_results = checked_results(results, DeltaWriteResult, "a Delta", self._info)
+        files = [f for r in delta_results for f in r.files]
+        if not files:
+            return
+        table = self._catalog.open(self._info.table_path)
+        committed = set(table.get_add_actions(flatten=True).column("path").to_pylist())
+        delete_files(
+            [f.uri for f in files if f.path not in committed], self._catalog.warehouse.storage_options
+        )
