@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from strom.common.table_descriptor import TableInfo
 from strom.lake.commit_checks import (
@@ -86,7 +86,7 @@ class DeltaLakeCommitter(LakeCommitter):
         )
         round_id = commit_id((name for r in delta_results for name in r.file_names), offsets)
         names = qualified_partition_names(self._info, delta_results, partition_names)
-        actions = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(
                 path=f.path,
                 size=f.size,

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import time
+from datetime import datetime
 from collections.abc import Iterator, Mapping, Sequence
 
 import lance
@@ -66,7 +67,7 @@ class LanceLakeCommitter(LakeCommitter):
         for version, properties in self._versions_newest_first(dataset):
             if is_tiering_snapshot(properties):
                 stamp = next((v["timestamp"] for v in dataset.versions() if v["version"] == version), None)
-                millis = int(stamp.timestamp() * 1000) if stamp is not None else 0
+                millis = int(stamp.timestamp() * 1000) if isinstance(stamp, datetime) else 0
                 return tiering_snapshot_info(version, properties, millis)
         return None
 
