@@ -194,3 +194,37 @@ def test_a_duplicate_job_committing_between_checks_and_commit_makes_the_other_st
         storage.committer(info).commit(second, ends)
     tiering.tiered.update(ends)
     check(storage, tiering, ["id"], duck)
+
+
+def live_files(storage: LakeStorage, info: Any) -> int:
+    """Data files the latest version references."""
+    catalog: Any = storage.catalog()
+    if storage.format == "lance":
+        return sum(len(f.metadata.files) for f in catalog.open(info.table_path).get_fragments())
+    return int(catalog.open(info.table_path).get_add_actions(flatten=True).num_rows)
+
+
+def test_compaction_merges_small_files_and_keeps_the_offsets(storage: LakeStorage, duck: Any) -> None:
+    """table.datalake.auto-compaction's step: one file after many rounds, the same rows, the latest
+    version still carrying the offsets, and rounds go on from them."""
+    info = info_for(storage, "compacted", scenario.EVENTS, buckets=1)
+    storage.catalog().create_table(info)
+    tiering = FlussTiering(storage, info)
+    for r in range(6):
+        tiering.append(
+            [Change({"id": r * 10 + i, "msg": "m", "amount": None, "day": None}) for i in range(4)], 0
+        )
+        tiering.round()
+    committer = storage.committer(info)
+    before = committer.latest_snapshot()
+    assert before is not None and live_files(storage, info) == 6
+    version = committer.compact(0)
+    assert version is not None and live_files(storage, info) == 1
+    after = committer.latest_snapshot()
+    assert after is not None and after.snapshot_id == version  # union reads pin the compacted version
+    assert after.bucket_offsets == before.bucket_offsets == {(None, 0): 24}
+    assert committer.compact(0) is None  # nothing left to merge
+    check(storage, tiering, ["id"], duck)
+    tiering.append([Change({"id": 999, "msg": "m", "amount": None, "day": None})], 0)
+    tiering.round()
+    check(storage, tiering, ["id"], duck)

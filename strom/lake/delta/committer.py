@@ -19,6 +19,7 @@ from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from strom.common.partition import parse_partition_name
 from strom.common.table_descriptor import TableInfo
 from strom.lake.commit_checks import (
     COMMIT_ATTEMPTS,
@@ -32,7 +33,7 @@ from strom.lake.delta.catalog import DeltaLakeCatalog
 from strom.lake.delta.writer import DeltaWriteResult
 from strom.lake.errors import LakeCommitConflictError
 from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
-from strom.lake.offsets import is_tiering_snapshot
+from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY, is_tiering_snapshot
 from strom.lake.snapshot_summary import qualified_partition_names, tiering_snapshot_info, tiering_summary
 from strom.lake.warehouse import delete_files
 
@@ -132,6 +133,33 @@ class DeltaLakeCommitter(LakeCommitter):
             if is_tiering_snapshot(properties):
                 return None
         return None
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def compact(self, bucket: int, partition_name: str | None = None) -> int | None:
+        """Merge the small files of one partition (Delta has no buckets: all of the partition's).
+
+        The OPTIMIZE commit carries the latest tiering offsets, so union reads, which pin the latest
+        tiering version, read the compacted files. None when there was nothing to merge.
+        """
+        table = self._catalog.open(self._info.table_path)
+        previous = self._latest_tiering(table)
+        if previous is None:
+            return None
+        keys = list(self._info.partition_keys)
+        filters = None
+        if keys and partition_name is not None:
+            spec = parse_partition_name(keys, partition_name)
+            filters = [(k, "=", spec[k]) for k in keys]
+        carried = {k: previous.properties[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
+        before = table.version()
+        metrics = table.optimize.compact(
+            partition_filters=filters,
+            commit_properties=CommitProperties(custom_metadata=carried, max_commit_retries=0),
+        )
+        if not metrics.get("numFilesRemoved") or table.version() == before:
+            return None
+        return int(table.version())
 
     def abort(self, results: Sequence[WriteResult]) -> None:
         delta_results = checked_results(results, DeltaWriteResult, "a Delta", self._info)

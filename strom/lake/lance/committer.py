@@ -14,8 +14,9 @@ import contextlib
 import fcntl
 import os
 import time
-from datetime import datetime
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 import lance
 
@@ -32,7 +33,7 @@ from strom.lake.errors import LakeCommitConflictError
 from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
 from strom.lake.lance.catalog import LanceLakeCatalog, delete_data_files
 from strom.lake.lance.writer import LanceWriteResult
-from strom.lake.offsets import is_tiering_snapshot
+from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY, is_tiering_snapshot
 from strom.lake.snapshot_summary import qualified_partition_names, tiering_snapshot_info, tiering_summary
 
 __all__ = ["LanceLakeCommitter"]
@@ -98,31 +99,39 @@ class LanceLakeCommitter(LakeCommitter):
             previous = self._latest_tiering(dataset)
             check_offsets_ahead(self._info.table_path, previous, offsets, lance_results)
             summary = tiering_summary(previous, offsets, names, properties, round_id)
-            transaction = lance.Transaction(
-                read_version=dataset.version,
-                operation=lance.LanceOperation.Append(fragments),
-                transaction_properties=summary,
-            )
-            refused: list[int] = []
-            try:
-                with self._local_lock():
-                    committed = lance.LanceDataset.commit(
-                        self._catalog.uri(self._info.table_path),
-                        transaction,
-                        commit_lock=self._next_version_only(dataset.version + 1, refused),
-                        storage_options=self._catalog.warehouse.storage_options or None,
-                        max_retries=0,
-                    )
-            except OSError:
-                if not refused:
-                    raise
-                time.sleep(0.05 * (attempt + 1))  # another commit took the version: look again
-                continue
-            return int(committed.version)
+            committed = self._append_as_next(dataset, fragments, summary)
+            if committed is not None:
+                return committed
+            time.sleep(0.05 * (attempt + 1))  # another commit took the version: look again
         raise LakeCommitConflictError(
             f"Could not commit a tiering round of {self._info.table_path}: other commits kept taking the "
             f"next version ({COMMIT_ATTEMPTS} attempts)."
         )
+
+    def _append_as_next(
+        self, dataset: lance.LanceDataset, fragments: list[Any], properties: dict[str, str]
+    ) -> int | None:
+        """Append `fragments` as the version after `dataset`'s; None when another commit took it."""
+        transaction = lance.Transaction(
+            read_version=dataset.version,
+            operation=lance.LanceOperation.Append(fragments),
+            transaction_properties=properties,
+        )
+        refused: list[int] = []
+        try:
+            with self._local_lock():
+                committed = lance.LanceDataset.commit(
+                    self._catalog.uri(self._info.table_path),
+                    transaction,
+                    commit_lock=self._next_version_only(dataset.version + 1, refused),
+                    storage_options=self._catalog.warehouse.storage_options or None,
+                    max_retries=0,
+                )
+        except OSError:
+            if not refused:
+                raise
+            return None
+        return int(committed.version)
 
     def _committed_version(self, dataset: lance.LanceDataset, round_id: str) -> int | None:
         """The version that already holds this round: looked for down to the latest tiering version."""
@@ -157,6 +166,33 @@ class LanceLakeCommitter(LakeCommitter):
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def compact(self, bucket: int, partition_name: str | None = None) -> int | None:
+        """Merge the dataset's small fragments (Lance has no buckets or partitions: all of them).
+
+        Lance's compaction commit cannot carry properties, so an empty append right after it carries
+        the latest tiering offsets: union reads, which pin the latest tiering version, then read the
+        compacted files. A second call in the same round finds nothing to merge and returns None.
+        """
+        dataset = self._catalog.open(self._info.table_path)
+        previous = self._latest_tiering(dataset)
+        if previous is None:
+            return None
+        with self._local_lock():
+            metrics = dataset.optimize.compact_files()
+        if not metrics.fragments_removed:
+            return None
+        carried = {k: previous.properties[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
+        for _ in range(COMMIT_ATTEMPTS):
+            committed = self._append_as_next(self._catalog.open(self._info.table_path), [], carried)
+            if committed is not None:
+                return committed
+        raise LakeCommitConflictError(
+            f"Could not record the tiering offsets after compacting {self._info.table_path}: other commits "
+            f"kept taking the next version ({COMMIT_ATTEMPTS} attempts)."
+        )
 
     def abort(self, results: Sequence[WriteResult]) -> None:
         lance_results = checked_results(results, LanceWriteResult, "a Lance", self._info)
