@@ -353,8 +353,8 @@ def tiering(
     "--lake-format",
     type=click.Choice(["iceberg", "paimon", "lance", "delta", "none"]),
     default=None,
-    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, lance and "
-    "delta (log tables only), or none "
+    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, lance (log "
+    "tables only), delta, or none "
     "(the default with --no-tiering: new tables get no lake format). --config datalake.format=... wins.",
 )
 @click.option(

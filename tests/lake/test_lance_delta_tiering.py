@@ -12,9 +12,21 @@ from typing import Any
 import duckdb
 import lake_scenarios as scenario
 import pytest
-from lake_helpers import Change, Tiering, expected_log_rows, normalized, table_info
+from lake_helpers import (
+    USER_COLUMNS,
+    USERS,
+    Change,
+    Tiering,
+    before,
+    delete,
+    expected_log_rows,
+    expected_pk_rows,
+    insert,
+    normalized,
+    table_info,
+    upsert,
+)
 
-from strom.common import types as T
 from strom.common.bucketing import fluss_bucket
 from strom.common.errors import InvalidTableError
 from strom.lake import StaleLakeCommitError, load_lake_storage
@@ -130,10 +142,56 @@ def test_rounds_read_back_equal_with_offsets_and_exactly_once(storage: LakeStora
     scenario.assert_click_offsets(storage.committer(clicks).latest_snapshot())
 
 
-def test_primary_key_tables_are_refused(storage: LakeStorage) -> None:
-    info = info_for(storage, "users", [("id", T.BIGINT()), ("name", T.STRING())], primary_key=["id"])
+def test_lance_refuses_primary_key_tables(tmp_path: pathlib.Path) -> None:
+    storage = load_lake_storage("lance", {"warehouse": str(tmp_path)})
+    info = info_for(storage, "users", USERS, primary_key=["id"])
     with pytest.raises(InvalidTableError, match="primary-key"):
         storage.catalog().create_table(info)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_delta_primary_key_rounds_killed_anywhere_end_with_the_current_rows(
+    tmp_path: pathlib.Path, duck: Any, seed: int
+) -> None:
+    """Upserts, updates split over rounds and deletes merge by key; each restarted job resumes from
+    the lake's offsets, whatever point the last one died at; deltalake and DuckDB read the current rows."""
+    storage = load_lake_storage("delta", {"warehouse": str(tmp_path)})
+    rng = random.Random(seed)
+    info = info_for(storage, "users", USERS, primary_key=["id"], bucket_keys=["id"], buckets=3)
+    storage.catalog().create_table(info)
+    tiering = FlussTiering(storage, info)
+    next_id = 0
+    for _ in range(8):
+        changes = []
+        for _ in range(rng.randrange(1, 12)):
+            if next_id and rng.random() < 0.5:
+                key = rng.randrange(next_id)
+                kind = rng.choice([upsert, delete, insert, before])
+                changes.append(kind(id=key, name=f"v{rng.randrange(100)}", score=rng.randrange(9)))
+            else:
+                changes.append(insert(id=next_id, name="new", score=0))
+                next_id += 1
+        tiering.append(changes)
+        latest = storage.committer(info).latest_snapshot()
+        tiering.tiered = dict(latest.bucket_offsets) if latest else {}
+        results, ends = tiering.write_round(batch_rows=rng.randrange(1, 5))
+        crash = rng.choice(["none", "before-commit", "after-commit", "after-abort"])
+        if crash == "before-commit":
+            continue
+        if crash == "after-abort":
+            storage.committer(info).abort(results)
+            continue
+        tiering.commit(results, ends)
+    latest = storage.committer(info).latest_snapshot()
+    tiering.tiered = dict(latest.bucket_offsets) if latest else {}
+    results, ends = tiering.write_round()
+    if results:
+        tiering.commit(results, ends)
+    assert tiering.tiered == {k: len(v) for k, v in tiering.logs.items()}
+    want = normalized(expected_pk_rows(tiering), USER_COLUMNS)
+    assert want
+    for rows in read_back(storage, info, USER_COLUMNS, duck):
+        assert normalized(rows, USER_COLUMNS) == want
 
 
 @pytest.mark.parametrize("seed", [1, 2])

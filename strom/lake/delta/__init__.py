@@ -1,4 +1,4 @@
-"""Delta Lake as a lake format for log tables, through delta-rs: see `strom.lake.delta.storage`."""
+"""Delta Lake as a lake format (log and primary-key tables), with delta-rs: `strom.lake.delta.storage`."""
 
 from strom.lake.delta.storage import DeltaLakeStorage
 

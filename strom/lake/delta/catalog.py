@@ -3,8 +3,8 @@
 Fluss ``db.t`` is the Delta table ``<warehouse>/<db>/<t>``, named ``t``. Its columns are the Fluss
 columns (TIME has no Delta counterpart and is refused; timestamps are stored in microseconds, as
 Delta does), then ``__bucket`` (integer), ``__offset`` (long) and ``__timestamp`` (timestamp, UTC).
-The Fluss partition keys are its partition columns. Primary-key tables are refused for now: their
-merges by key are not committed atomically with the round's offsets yet.
+The Fluss partition keys are its partition columns. Primary-key columns are NOT NULL; a round of a
+primary-key table is one Delta MERGE by the key (see `strom.lake.delta.committer`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from strom.lake.interface import LakeCatalog
 from strom.lake.system_columns import BUCKET_COLUMN, OFFSET_COLUMN, TIMESTAMP_COLUMN
 from strom.lake.warehouse import Warehouse, check_user_columns
 
-__all__ = ["DeltaLakeCatalog", "delta_schema"]
+__all__ = ["STAGED_DELETE_COLUMN", "DeltaLakeCatalog", "delta_schema"]
+
+# In a primary-key split's staged changes: whether the key's last change removes it (-U, -D).
+STAGED_DELETE_COLUMN = "__strom_delete"
 
 SYSTEM_FIELDS = [
     pa.field(BUCKET_COLUMN, pa.int32(), nullable=False),
@@ -47,13 +50,14 @@ def _delta_type(t: pa.DataType) -> pa.DataType:
 
 def delta_schema(info: TableInfo) -> pa.Schema:
     """The Delta table's Arrow schema for a Fluss table; InvalidTableError for what Delta cannot hold."""
-    if info.has_primary_key:
-        raise InvalidTableError(
-            f"Cannot tier primary-key table {info.table_path} to Delta Lake: Strom tiers log tables to "
-            "Delta only."
-        )
     check_user_columns(info, "Delta Lake", unsupported=("TIME_WITHOUT_TIME_ZONE",))
-    user = [f.with_type(_delta_type(f.type)) for f in info.schema.to_arrow_schema()]
+    if info.has_primary_key and STAGED_DELETE_COLUMN in info.schema.column_names:
+        raise InvalidTableError(f"Column '{STAGED_DELETE_COLUMN}' conflicts with a reserved column name.")
+    keys = set(info.primary_key or ())
+    user = [
+        f.with_type(_delta_type(f.type)).with_nullable(f.nullable and f.name not in keys)
+        for f in info.schema.to_arrow_schema()
+    ]
     return pa.schema([*user, *SYSTEM_FIELDS])
 
 

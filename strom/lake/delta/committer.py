@@ -6,6 +6,11 @@ once rests on the format-independent checks of `strom.lake.commit_checks` made a
 tiering version, and on the commit landing as the very next version: it is made with no commit
 retries, so if another writer took that version delta-rs fails it and the committer looks again (the
 round is then found committed, or refused as stale).
+
+Primary-key tables: the round is one MERGE of the splits' staged changes (each key's last change)
+into the table, matched on the primary key: a key whose last change removes it is deleted, any other
+is updated or inserted with its new row (system columns included). The MERGE commit carries the same
+metadata; the staged files are deleted once it landed (or when the round is aborted).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import fsspec
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
@@ -29,8 +36,8 @@ from strom.lake.commit_checks import (
     checked_round,
     commit_id,
 )
-from strom.lake.delta.catalog import DeltaLakeCatalog
-from strom.lake.delta.writer import DeltaWriteResult
+from strom.lake.delta.catalog import STAGED_DELETE_COLUMN, DeltaLakeCatalog
+from strom.lake.delta.writer import DeltaFile, DeltaWriteResult
 from strom.lake.errors import LakeCommitConflictError
 from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
 from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY, is_tiering_snapshot
@@ -108,21 +115,53 @@ class DeltaLakeCommitter(LakeCommitter):
             check_offsets_ahead(self._info.table_path, previous, offsets, delta_results)
             summary = tiering_summary(previous, offsets, names, properties, round_id)
             version = table.version()
+            commit_properties = CommitProperties(custom_metadata=summary, max_commit_retries=0)
+            staged = [r.staged for r in delta_results if r.staged is not None]
             try:
-                table.create_write_transaction(
-                    actions,
-                    mode="append",
-                    schema=pa.schema(table.schema().to_arrow()),
-                    partition_by=list(self._info.partition_keys) or None,
-                    commit_properties=CommitProperties(custom_metadata=summary, max_commit_retries=0),
-                )
+                if staged:
+                    self._merge(table, staged, commit_properties)
+                else:
+                    table.create_write_transaction(
+                        actions,
+                        mode="append",
+                        schema=pa.schema(table.schema().to_arrow()),
+                        partition_by=list(self._info.partition_keys) or None,
+                        commit_properties=commit_properties,
+                    )
             except CommitFailedError:
                 time.sleep(0.05 * (attempt + 1))  # another commit took the version: look again
                 continue
+            delete_files([f.uri for f in staged], self._catalog.warehouse.storage_options)
             return version + 1
         raise LakeCommitConflictError(
             f"Could not commit a tiering round of {self._info.table_path}: other commits kept taking the "
             f"next version ({COMMIT_ATTEMPTS} attempts)."
+        )
+
+    def _merge(self, table: DeltaTable, staged: list[DeltaFile], properties: CommitProperties) -> None:
+        """One MERGE of the staged changes by the primary key (no two splits share a key)."""
+        target = pa.schema(table.schema().to_arrow())
+        options = self._catalog.warehouse.storage_options
+        parts = []
+        for f in staged:
+            fs, path = fsspec.core.url_to_fs(f.uri, **options)
+            parts.append(pq.read_table(path, filesystem=fs))
+        changes = pa.concat_tables(parts)
+        columns = {name: f"s.`{name}`" for name in target.names}
+        match = " AND ".join(f"t.`{k}` = s.`{k}`" for k in self._info.primary_key)
+        removes = f"s.`{STAGED_DELETE_COLUMN}`"
+        (
+            table.merge(
+                changes,
+                match,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=properties,
+            )
+            .when_matched_delete(predicate=removes)
+            .when_matched_update(columns, predicate=f"NOT {removes}")
+            .when_not_matched_insert(columns, predicate=f"NOT {removes}")
+            .execute()
         )
 
     def _committed_version(self, table: DeltaTable, round_id: str) -> int | None:

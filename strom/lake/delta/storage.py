@@ -1,9 +1,10 @@
-"""Delta Lake as Strom's lake format for log tables (``datalake.format: delta``), with delta-rs.
+"""Delta Lake as Strom's lake format (``datalake.format: delta``), with delta-rs.
 
-No Fluss release tiers to Delta Lake; Strom names it as Fluss names its formats
-(``datalake.format: delta``, ``table.datalake.format = delta``). Properties are the cluster's
-``datalake.delta.*`` options without the prefix: ``warehouse`` (the root of the tables: a path,
-``file://``, ``s3://``, ...) and anything delta-rs's object store needs, passed as storage options.
+No Fluss release tiers to Delta Lake; Strom names it as Fluss names its formats (``datalake.format:
+delta``), but does not stamp it on tables (see `strom.server.coordinator.table_validation`).
+Properties are the cluster's ``datalake.delta.*`` options without the prefix: ``warehouse`` (the root
+of the tables: a path, ``file://``, ``s3://``, ...) and anything delta-rs's object store needs,
+passed as storage options.
 """
 
 from __future__ import annotations
