@@ -833,6 +833,19 @@ LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
     "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
 )
+COORDINATOR_PRODUCER_OFFSETS_TTL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.ttl",
+    timedelta,
+    timedelta(hours=24),
+    "How long registered producer offsets (RegisterProducerOffsets) live when the request sets no TTL; "
+    "expired ones are removed by the coordinator.",
+)
+COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.cleanup-interval",
+    timedelta,
+    timedelta(hours=1),
+    "How often the coordinator removes expired producer offsets.",
+)
 METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
     "metrics.reporters",
     list,
@@ -929,6 +942,8 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
         LAKE_TIERING_JOB_TIMEOUT,
+        COORDINATOR_PRODUCER_OFFSETS_TTL,
+        COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL,
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,

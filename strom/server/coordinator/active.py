@@ -39,6 +39,7 @@ from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer, Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.producer_offsets import ProducerOffsetsService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.store.base import MetadataStore, TableRecord
@@ -92,6 +93,9 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
+    ApiKey.REGISTER_PRODUCER_OFFSETS: lambda c: c.producer_offsets.register,
+    ApiKey.GET_PRODUCER_OFFSETS: lambda c: c.producer_offsets.get,
+    ApiKey.DELETE_PRODUCER_OFFSETS: lambda c: c.producer_offsets.delete,
 }
 
 # Requests that need the tablet servers: after a (re)start they wait until every bucket has a live
@@ -175,6 +179,7 @@ class ActiveCoordinator:
         self.kv_snapshots: KvSnapshotService = KvSnapshotService(store, self.config)
         self.remote_logs: RemoteLogService = RemoteLogService(store)
         self.auto_increment: AutoIncrementService = AutoIncrementService(store)
+        self.producer_offsets: ProducerOffsetsService = ProducerOffsetsService(store, self.config)
         self.acls: AclService = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
         self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)
@@ -207,6 +212,7 @@ class ActiveCoordinator:
         self.lake.load_tables()
         supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
         supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
+        supervise(self.producer_offsets.cleanup_loop, name="producer-offsets-cleanup", tasks=self._tasks)
         log.info(
             "coordinator active (epoch %d) on %s:%d with tablet servers %s",
             self.coordinator_epoch,

@@ -208,6 +208,7 @@ class TabletServer:
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
+                ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,

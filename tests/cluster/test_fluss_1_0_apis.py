@@ -1,0 +1,90 @@
+"""Fluss 1.0's admin APIs through Strom's client on a real cluster: GetTableStats (1059) answered by
+bucket leaders, and the producer offsets (1053-1055) that exactly-once writers register on the
+coordinator."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from harness import Cluster
+
+from strom.client import Connection, Schema, TableDescriptor, TablePath
+from strom.common import errors
+from strom.common.table_bucket import TableBucket
+from strom.rpc.api import ApiKey
+
+
+def run(cluster: Cluster, body: Any) -> Any:
+    async def main() -> Any:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            return await asyncio.wait_for(body(conn), 60)
+
+    return asyncio.run(main())
+
+
+def test_table_stats_and_producer_offsets(shared_cluster: Cluster) -> None:
+    suffix = uuid.uuid4().hex[:8]
+    log_path, pk_path = TablePath("fluss", f"stats_log_{suffix}"), TablePath("fluss", f"stats_pk_{suffix}")
+    producer = f"spark-job-{suffix}"
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        # advertised by the servers that answer them
+        coordinator = await conn.pool.get(*_address(await conn.metadata.coordinator_node()))
+        assert {1053, 1054, 1055} <= set(coordinator.api_versions)
+        schema = pa.schema([("k", pa.int32()), ("v", pa.string())])
+        await admin.create_table(log_path, TableDescriptor(Schema.from_arrow_schema(schema), bucket_count=2))
+        await admin.create_table(
+            pk_path,
+            TableDescriptor(Schema.from_arrow_schema(schema, primary_key=["k"]), bucket_count=2),
+        )
+        log_table, pk_table = await conn.get_table(log_path), await conn.get_table(pk_path)
+        writer = log_table.new_append().create_writer()
+        writer.write_arrow(pa.table({"k": pa.array(range(250), pa.int32()), "v": ["x"] * 250}))
+        await writer.flush()
+        async with pk_table.new_upsert().create_writer() as upserts:
+            for k in range(10):
+                upserts.upsert({"k": k, "v": "a"})
+            for k in range(3):
+                upserts.upsert({"k": k, "v": "b"})  # updates: still 10 keys
+            upserts.delete({"k": 8})
+            upserts.delete({"k": 9})
+            upserts.delete({"k": 42})  # not there: nothing changes
+
+        log_stats = await admin.get_table_stats(log_path)
+        assert log_stats.row_count == 250 and len(log_stats.bucket_row_counts) == 2
+        assert (await admin.get_table_stats(pk_path)).row_count == 8
+        leader = conn.metadata.leader_for(TableBucket(log_table.table_id, None, 0))
+        assert leader is not None
+        server = await conn.pool.get(leader.host, leader.port)
+        assert ApiKey.GET_TABLE_STATS in server.api_versions
+
+        table_id = log_table.table_id
+        offsets = {TableBucket(table_id, None, 0): 120, TableBucket(table_id, None, 1): 130}
+        assert await admin.get_producer_offsets(producer) is None
+        assert await admin.register_producer_offsets(producer, offsets) is True
+        # a second registration (a restarted job) keeps the first one's offsets
+        assert await admin.register_producer_offsets(producer, {TableBucket(table_id, None, 0): 5}) is False
+        stored = await admin.get_producer_offsets(producer)
+        assert stored is not None and stored.producer_id == producer and stored.offsets == offsets
+        with pytest.raises(errors.InvalidProducerIdError, match="Invalid producer ID"):
+            await admin.register_producer_offsets("no/slashes", offsets)
+        await admin.delete_producer_offsets(producer)
+        assert await admin.get_producer_offsets(producer) is None
+        # an expired registration is replaced by the next one
+        assert await admin.register_producer_offsets(producer, offsets, ttl_ms=1) is True
+        await asyncio.sleep(0.01)
+        assert await admin.register_producer_offsets(producer, {TableBucket(table_id, None, 0): 7}) is True
+        again = await admin.get_producer_offsets(producer)
+        assert again is not None and again.offsets == {TableBucket(table_id, None, 0): 7}
+        await admin.delete_producer_offsets(producer)
+
+    run(shared_cluster, body)
+
+
+def _address(node: Any) -> tuple[str, int]:
+    return node.host, node.port
