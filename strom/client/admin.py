@@ -91,6 +91,23 @@ def _set_spec(target: pb.PbPartitionSpec, spec: Mapping[str, str]) -> None:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One option of DescribeClusterConfigs; `source` is INITIAL_SERVER_CONFIG or DYNAMIC_SERVER_CONFIG."""
+
+    key: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfig:
+    """A dynamic config change: set `key` to `value`, or delete it (back to the servers' own) with None."""
+
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class TableStats:
     """GetTableStats: the table's rows (live keys of a primary-key table), and per bucket."""
 
@@ -607,6 +624,29 @@ class Admin:
             attempt += 1
             with contextlib.suppress(FlussError):
                 await self._metadata.refresh_leaders(path, partition_id)
+
+    # ------------------------------------------------------------------ dynamic cluster configs (1.0)
+
+    async def describe_cluster_configs(self) -> list[ConfigEntry]:
+        """The coordinator's configuration: each option as the servers started with it
+        (INITIAL_SERVER_CONFIG) or as a dynamic config overrides it (DYNAMIC_SERVER_CONFIG)."""
+        response = await self._call(
+            ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest(), read_only=True
+        )
+        return [
+            ConfigEntry(c.config_key, c.config_value if c.HasField("config_value") else None, c.config_source)
+            for c in response.configs
+        ]
+
+    async def alter_cluster_configs(self, changes: Iterable[AlterConfig]) -> None:
+        """Set (value) or delete (value None) dynamic cluster configs; the coordinator applies them at
+        once, tablet servers within `server.dynamic-config.refresh-interval`."""
+        request = pb.AlterClusterConfigsRequest()
+        for change in changes:
+            entry = request.alter_configs.add(config_key=change.key, op_type=1 if change.value is None else 0)
+            if change.value is not None:
+                entry.config_value = change.value
+        await self._call(ApiKey.ALTER_CLUSTER_CONFIGS, request, read_only=False)
 
     # ------------------------------------------------------------------ producer offsets (1.0)
 

@@ -846,6 +846,13 @@ COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigO
     timedelta(hours=1),
     "How often the coordinator removes expired producer offsets.",
 )
+SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.dynamic-config.refresh-interval",
+    timedelta,
+    timedelta(seconds=5),
+    "(Strom) How often a tablet server reads the cluster's dynamic configs (AlterClusterConfigs) from "
+    "the coordinator and applies what changed (Fluss watches a ZooKeeper node instead).",
+)
 METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
     "metrics.reporters",
     list,
@@ -944,6 +951,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         LAKE_TIERING_JOB_TIMEOUT,
         COORDINATOR_PRODUCER_OFFSETS_TTL,
         COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL,
+        SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL,
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,

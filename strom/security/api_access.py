@@ -196,6 +196,8 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.CANCEL_REBALANCE: _on_cluster(WRITE),
     ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
     ApiKey.GET_TABLE_STATS: _on_table_id(READ),
+    ApiKey.DESCRIBE_CLUSTER_CONFIGS: _on_cluster(DESCRIBE),
+    ApiKey.ALTER_CLUSTER_CONFIGS: _on_cluster(ALTER),
     ApiKey.REGISTER_PRODUCER_OFFSETS: _register_producer_offsets,
     # Fluss checks WRITE on the tables the stored entry names; this layer cannot read the store, so
     # deleting a producer's offsets takes WRITE on the cluster (stricter, never looser)

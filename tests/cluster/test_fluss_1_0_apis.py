@@ -88,3 +88,68 @@ def test_table_stats_and_producer_offsets(shared_cluster: Cluster) -> None:
 
 def _address(node: Any) -> tuple[str, int]:
     return node.host, node.port
+
+
+def test_dynamic_cluster_config_takes_effect_on_live_servers(cluster_factory: Any) -> None:
+    """`strom config set` of log.replica.min-in-sync-replicas-number: acks=all writes are refused
+    with NOT_ENOUGH_REPLICAS by the live tablet servers, and accepted again after `strom config delete`."""
+    from click.testing import CliRunner
+
+    from strom.cli import main as cli
+    from strom.record.arrow_batch import build_arrow_log_batch
+    from strom.rpc.gen import fluss_api_pb2 as pb
+
+    cluster: Cluster = cluster_factory(
+        tablet_servers=2, config={"server.dynamic-config.refresh-interval": "100ms"}
+    )
+    path = TablePath("fluss", "dyn")
+    schema = pa.schema([("k", pa.int32())])
+    batch = build_arrow_log_batch(pa.record_batch([pa.array([1, 2], pa.int32())], schema=schema), schema_id=1)
+
+    async def produce_error(conn: Connection) -> int:
+        """The error code of an acks=all produce to bucket 0 (0: written)."""
+        table = await conn.get_table(path)
+        leader = conn.metadata.leader_for(TableBucket(table.table_id, None, 0))
+        assert leader is not None
+        server = await conn.pool.get(leader.host, leader.port)
+        request = pb.ProduceLogRequest(acks=-1, table_id=table.table_id, timeout_ms=5000)
+        request.buckets_req.add(bucket_id=0, records=batch)
+        answer = (await server.request(ApiKey.PRODUCE_LOG, request)).buckets_resp[0]
+        return answer.error_code if answer.HasField("error_code") else 0
+
+    async def until(conn: Connection, code: int) -> None:
+        for _ in range(100):
+            if await produce_error(conn) == code:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"produce never answered error {code}")
+
+    async def setup(conn: Connection) -> None:
+        descriptor = TableDescriptor(
+            Schema.from_arrow_schema(schema), bucket_count=1, properties={"table.replication.factor": "2"}
+        )
+        await conn.get_admin().create_table(path, descriptor)
+        await until(conn, 0)
+
+    run(cluster, setup)
+    runner = CliRunner()
+    bootstrap = ["--bootstrap", cluster.bootstrap]
+    key = "log.replica.min-in-sync-replicas-number"
+    done = runner.invoke(cli, ["config", "set", *bootstrap, f"{key}=3"])
+    assert done.exit_code == 0, done.output
+    shown = runner.invoke(cli, ["config", "get", *bootstrap, key])
+    assert shown.output.strip() == f"{key}=3\tDYNAMIC_SERVER_CONFIG"
+    run(cluster, lambda conn: until(conn, errors.NotEnoughReplicasError.code))
+    # options Fluss does not make dynamic, and values that do not parse, are refused with CONFIG_EXCEPTION
+    for pair, message in (
+        ("table.log.ttl=1h", "not allowed to be changed dynamically"),
+        ("kv.shared-rate-limiter.bytes-per-sec=1mb", "cannot apply it on live servers"),
+        (f"{key}=many", "Cannot parse"),
+    ):
+        refused = runner.invoke(cli, ["config", "set", *bootstrap, pair])
+        assert refused.exit_code != 0 and "(64)" in refused.output and message in refused.output, (
+            refused.output
+        )
+    done = runner.invoke(cli, ["config", "delete", *bootstrap, key])
+    assert done.exit_code == 0, done.output
+    run(cluster, lambda conn: until(conn, 0))

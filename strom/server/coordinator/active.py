@@ -30,6 +30,7 @@ from strom.security.layer import SecurityLayer
 from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_increment_service import AutoIncrementService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
+from strom.server.coordinator.cluster_configs import ClusterConfigService
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
@@ -42,6 +43,7 @@ from strom.server.coordinator.metadata_service import MetadataService
 from strom.server.coordinator.producer_offsets import ProducerOffsetsService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
+from strom.server.dynamic_config import DynamicConfig
 from strom.server.store.base import MetadataStore, TableRecord
 from strom.server.store.ordered import OrderedStore
 
@@ -93,6 +95,8 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
+    ApiKey.DESCRIBE_CLUSTER_CONFIGS: lambda c: c.cluster_configs.describe,
+    ApiKey.ALTER_CLUSTER_CONFIGS: lambda c: c.cluster_configs.alter,
     ApiKey.REGISTER_PRODUCER_OFFSETS: lambda c: c.producer_offsets.register,
     ApiKey.GET_PRODUCER_OFFSETS: lambda c: c.producer_offsets.get,
     ApiKey.DELETE_PRODUCER_OFFSETS: lambda c: c.producer_offsets.delete,
@@ -180,6 +184,10 @@ class ActiveCoordinator:
         self.remote_logs: RemoteLogService = RemoteLogService(store)
         self.auto_increment: AutoIncrementService = AutoIncrementService(store)
         self.producer_offsets: ProducerOffsetsService = ProducerOffsetsService(store, self.config)
+        self.cluster_configs: ClusterConfigService = ClusterConfigService(
+            store, DynamicConfig(self.config), self.controller
+        )
+        self.cluster_configs.load()
         self.acls: AclService = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
         self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)

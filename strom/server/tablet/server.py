@@ -45,6 +45,7 @@ from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
+from strom.server.dynamic_config import DYNAMIC, DynamicConfig
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
@@ -167,6 +168,9 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
+        self.dynamic_config = DynamicConfig(self.config)
+        self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
+        self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
         remote_root = remote_data_dir(self.config)
         self.remote_logs = (
             RemoteLogManager(
@@ -270,10 +274,9 @@ class TabletServer:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
             remote_logs = self.remote_logs
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
-        snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
-        supervise(
-            lambda: self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots", tasks=self._tasks
-        )
+        self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
+        supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
             supervise(
@@ -718,6 +721,32 @@ class TabletServer:
                     kv.use_schemas(history)  # with the ids this server skipped over, if any
 
     # ---- handlers
+
+    # ---- dynamic cluster configs (AlterClusterConfigs on the coordinator)
+
+    def _set_min_isr(self, value: int) -> None:
+        self.log_service.min_in_sync_replicas = value or 1
+        self.kv_service.min_in_sync_replicas = value or 1
+
+    def _set_snapshot_interval(self, value: Any) -> None:
+        self.kv_manager.snapshot_interval = value.total_seconds()
+
+    async def _dynamic_config_loop(self) -> None:
+        """Read the cluster's dynamic configs from the coordinator and apply what changed. A failed
+        read is logged and retried on the next round; the values stay as they were meanwhile."""
+        interval = self.config.get(options.SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL).total_seconds()
+        while True:
+            try:
+                response = await self._pass_on(
+                    ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest()
+                )
+            except (FlussError, OSError) as e:
+                log.info("could not read the dynamic cluster configs: %s", e)
+            else:
+                self.dynamic_config.update(
+                    {c.config_key: c.config_value for c in response.configs if c.config_source == DYNAMIC}
+                )
+            await asyncio.sleep(interval)
 
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
         return await self._pass_on(_KEY_BY_REQUEST_TYPE[type(request)], request)

@@ -103,6 +103,7 @@ class KvManager:
         self.server_id = server_id
         self.remote_data_dir = remote_data_dir
         self.snapshot_num_retained = snapshot_num_retained
+        self.snapshot_interval = 600.0  # kv.snapshot.interval in seconds, set by the server
         self.rocksdb = rocksdb or SharedRocksDb()
         if open_concurrency < 1:
             raise InvalidConfigError(f"kv.open.concurrency must be at least 1, not {open_concurrency}")
@@ -394,10 +395,11 @@ class KvManager:
                 done.append(snapshot)
         return done
 
-    async def run_snapshots(self, interval_s: float) -> None:
-        """Snapshot every open tablet every `interval_s` seconds (`kv.snapshot.interval`), forever."""
+    async def run_snapshots(self) -> None:
+        """Snapshot every open tablet every `snapshot_interval` seconds (`kv.snapshot.interval`, which
+        a dynamic cluster config may change between rounds), forever."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.snapshot_interval)
             await self.snapshot_all()
 
     # ---- closing -----------------------------------------------------------------------------
