@@ -451,6 +451,44 @@ class Admin:
         response = await self._call(ApiKey.GET_LATEST_KV_SNAPSHOTS, request, read_only=True)
         return KvSnapshots.from_pb(response)
 
+    # ------------------------------------------------------------------ kv snapshot leases (1.0)
+
+    async def acquire_kv_snapshot_lease(
+        self, lease_id: str, duration_ms: int, snapshots: Mapping[TableBucket, int]
+    ) -> dict[TableBucket, int]:
+        """Hold snapshots (bucket -> snapshot id) from deletion for `duration_ms` (acquiring again
+        renews the lease and moves a bucket to its new snapshot). Returns those that no longer exist."""
+        request = pb.AcquireKvSnapshotLeaseRequest(lease_id=lease_id, lease_duration_ms=duration_ms)
+        by_table: dict[int, pb.PbKvSnapshotLeaseForTable] = {}
+        for bucket, snapshot_id in snapshots.items():
+            table = by_table.get(bucket.table_id)
+            if table is None:
+                table = by_table[bucket.table_id] = request.snapshots_to_lease.add(table_id=bucket.table_id)
+            entry = table.bucket_snapshots.add(bucket_id=bucket.bucket, snapshot_id=snapshot_id)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        response = await self._call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, request, read_only=False)
+        return {
+            TableBucket(t.table_id, b.partition_id if b.HasField("partition_id") else None, b.bucket_id): (
+                b.snapshot_id
+            )
+            for t in response.unavailable_snapshots
+            for b in t.bucket_snapshots
+        }
+
+    async def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
+        request = pb.ReleaseKvSnapshotLeaseRequest(lease_id=lease_id)
+        for bucket in buckets:
+            entry = request.buckets_to_release.add(table_id=bucket.table_id, bucket_id=bucket.bucket)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        await self._call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, request, read_only=False)
+
+    async def drop_kv_snapshot_lease(self, lease_id: str) -> None:
+        await self._call(
+            ApiKey.DROP_KV_SNAPSHOT_LEASE, pb.DropKvSnapshotLeaseRequest(lease_id=lease_id), read_only=False
+        )
+
     # ------------------------------------------------------------------ offsets
 
     async def list_offsets(

@@ -197,6 +197,16 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
     ApiKey.GET_TABLE_STATS: _on_table_id(READ),
     ApiKey.DESCRIBE_CLUSTER_CONFIGS: _on_cluster(DESCRIBE),
+    # Fluss: READ on every table whose snapshots are leased or released
+    ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda request, access: _require_table_ids(
+        access, READ, [t.table_id for t in request.snapshots_to_lease]
+    ),
+    ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda request, access: _require_table_ids(
+        access, READ, [b.table_id for b in request.buckets_to_release]
+    ),
+    # Fluss checks READ on the tables the stored lease names, which this layer cannot read: any READ
+    # grant is needed (a lease only ever holds snapshots back, it reveals nothing)
+    ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda request, access: access.require_any_grant(READ),
     ApiKey.ALTER_CLUSTER_CONFIGS: _on_cluster(ALTER),
     ApiKey.REGISTER_PRODUCER_OFFSETS: _register_producer_offsets,
     # Fluss checks WRITE on the tables the stored entry names; this layer cannot read the store, so

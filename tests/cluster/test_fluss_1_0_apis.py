@@ -5,6 +5,7 @@ coordinator."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from typing import Any
 
@@ -153,3 +154,67 @@ def test_dynamic_cluster_config_takes_effect_on_live_servers(cluster_factory: An
     done = runner.invoke(cli, ["config", "delete", *bootstrap, key])
     assert done.exit_code == 0, done.output
     run(cluster, lambda conn: until(conn, 0))
+
+
+def test_kv_snapshot_lease_keeps_a_snapshot_past_retention(cluster_factory: Any) -> None:
+    """A leased snapshot outlives kv.snapshot.num-retained (its record and its files) until the
+    lease is dropped; a snapshot that does not exist is answered as unavailable."""
+    from strom.rpc.gen import fluss_api_pb2 as pb
+
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1, config={"kv.snapshot.interval": "100ms", "kv.snapshot.num-retained": "1"}
+    )
+    path = TablePath("fluss", "leased")
+    schema = pa.schema([("k", pa.int32()), ("v", pa.string())])
+
+    async def body(conn: Connection) -> None:
+        admin = conn.get_admin()
+        descriptor = TableDescriptor(Schema.from_arrow_schema(schema, primary_key=["k"]), bucket_count=1)
+        await admin.create_table(path, descriptor)
+        table = await conn.get_table(path)
+        bucket = TableBucket(table.table_id, None, 0)
+        upserts = table.new_upsert().create_writer()
+        written = 0
+
+        async def snapshot_after(previous: int) -> int:
+            nonlocal written
+            for _ in range(200):
+                written += 1
+                await upserts.upsert({"k": written, "v": "x"})
+                latest = (await admin.get_latest_kv_snapshots(path)).snapshot_id(0)
+                if latest is not None and latest > previous:
+                    return latest
+                await asyncio.sleep(0.05)
+            raise AssertionError("no new kv snapshot")
+
+        async def files_of(snapshot_id: int) -> list[str] | None:
+            request = pb.GetKvSnapshotMetadataRequest(
+                table_id=table.table_id, bucket_id=0, snapshot_id=snapshot_id
+            )
+            try:
+                answer = await admin._call(ApiKey.GET_KV_SNAPSHOT_METADATA, request, read_only=True)
+            except errors.KvSnapshotNotExistError:
+                return None
+            return [f.remote_path.removeprefix("file://") for f in answer.snapshot_files]
+
+        leased = await snapshot_after(-1)
+        unavailable = await admin.acquire_kv_snapshot_lease("reader", 60_000, {bucket: leased})
+        assert unavailable == {}
+        assert await admin.acquire_kv_snapshot_lease("other", 60_000, {bucket: 10_000}) == {bucket: 10_000}
+        latest = await snapshot_after(await snapshot_after(leased))
+        files = await files_of(leased)  # two snapshots later, with one retained: kept for the lease
+        assert files and all(os.path.exists(f) for f in files)
+        await admin.drop_kv_snapshot_lease("reader")
+        await snapshot_after(await snapshot_after(latest))
+        assert await files_of(leased) is None
+        own = [f for f in files if f"snap-{leased}/" in f]  # its private files (shared SSTs may live on)
+        assert own and not any(os.path.exists(f) for f in own)
+        with pytest.raises(errors.NonPrimaryKeyTableError):
+            log_path = TablePath("fluss", "not_pk")
+            await admin.create_table(
+                log_path, TableDescriptor(Schema.from_arrow_schema(schema), bucket_count=1)
+            )
+            log_id = (await conn.get_table(log_path)).table_id
+            await admin.acquire_kv_snapshot_lease("reader", 1000, {TableBucket(log_id, None, 0): 1})
+
+    run(cluster, body)

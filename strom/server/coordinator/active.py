@@ -34,6 +34,7 @@ from strom.server.coordinator.cluster_configs import ClusterConfigService
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
+from strom.server.coordinator.kv_snapshot_leases import KvSnapshotLeaseService
 from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
 from strom.server.coordinator.lake_service import LakeService
 from strom.server.coordinator.lake_tiering import LakeTieringManager
@@ -95,6 +96,9 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
+    ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.acquire,
+    ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.release,
+    ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.drop,
     ApiKey.DESCRIBE_CLUSTER_CONFIGS: lambda c: c.cluster_configs.describe,
     ApiKey.ALTER_CLUSTER_CONFIGS: lambda c: c.cluster_configs.alter,
     ApiKey.REGISTER_PRODUCER_OFFSETS: lambda c: c.producer_offsets.register,
@@ -181,6 +185,9 @@ class ActiveCoordinator:
         if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots: KvSnapshotService = KvSnapshotService(store, self.config)
+        self.kv_snapshot_leases: KvSnapshotLeaseService = KvSnapshotLeaseService(
+            store, self.kv_snapshots.snapshot_exists
+        )
         self.remote_logs: RemoteLogService = RemoteLogService(store)
         self.auto_increment: AutoIncrementService = AutoIncrementService(store)
         self.producer_offsets: ProducerOffsetsService = ProducerOffsetsService(store, self.config)

@@ -524,7 +524,9 @@ class TabletServer:
         response = await self._coordinator_request(ApiKey.ALLOCATE_AUTO_INCREMENT_IDS, request, timeout=10)
         return int(response.start)
 
-    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
+    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> frozenset[int]:
+        """Commit a snapshot to the coordinator; returns the snapshot ids of the bucket the coordinator
+        still lists (the retained ones and those a reader leased), which retention must keep."""
         await self._coordinator_request(
             ApiKey.COMMIT_KV_SNAPSHOT,
             pb.CommitKvSnapshotRequest(
@@ -533,6 +535,12 @@ class TabletServer:
                 bucket_leader_epoch=leader_epoch,
             ),
         )
+        bucket = snapshot.bucket
+        listing = pb.ListKvSnapshotsRequest(table_id=bucket.table_id)
+        if bucket.partition_id is not None:
+            listing.partition_id = bucket.partition_id
+        listed = await self._coordinator_request(ApiKey.LIST_KV_SNAPSHOTS, listing)
+        return frozenset(s.snapshot_id for s in listed.active_snapshots if s.bucket_id == bucket.bucket)
 
     # ---- in-sync replicas
 

@@ -57,7 +57,8 @@ KV_DIR = "kv"  # <replica dir>/kv/{db, snapshots}
 IDLE_FLUSH_MIN_BYTES = 1 << 20
 
 # Called with each uploaded snapshot and the leader epoch it was taken under (CommitKvSnapshot).
-CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[None]]
+# commits a snapshot; answers the snapshot ids of the bucket that must survive retention (leased ones)
+CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[frozenset[int] | None]]
 
 
 _Restored = tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]
@@ -333,8 +334,8 @@ class KvManager:
         if self.commit_snapshot is not None:
             commit_fn = self.commit_snapshot
 
-            async def commit(completed: CompletedSnapshot) -> None:
-                await commit_fn(completed, epoch)
+            async def commit(completed: CompletedSnapshot) -> frozenset[int] | None:
+                return await commit_fn(completed, epoch)
 
         started = time.monotonic()
         completed = await snapshotter.snapshot(entry.kv, self.executor, commit)
