@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 from strom.common import config as options
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -26,7 +27,7 @@ class ClusterConfigService:
         dynamic.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr(controller))
 
     @staticmethod
-    def _set_min_isr(controller: Controller):  # type: ignore[no-untyped-def]
+    def _set_min_isr(controller: Controller) -> Callable[[int], None]:
         def apply(value: int) -> None:
             controller.min_isr = value or 1
 
