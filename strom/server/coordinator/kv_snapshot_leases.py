@@ -29,7 +29,9 @@ _PREFIX = "kv-snapshot-lease/"
 
 
 def _key(lease_id: str) -> str:
-    return f"{_PREFIX}{lease_id}/"  # the trailing '/' keeps a prefix delete to this lease alone
+    # hex: a lease id is any string (a '/' in it must not make one lease's key a prefix of another's);
+    # the trailing '/' keeps a prefix delete to this lease alone
+    return f"{_PREFIX}{lease_id.encode().hex()}/"
 
 
 def _bucket(table_id: int, partition_id: int | None, bucket_id: int) -> str:
