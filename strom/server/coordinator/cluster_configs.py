@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 
 from strom.common import config as options
+from strom.common.errors import ConfigError
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.server.coordinator.controller import Controller
 from strom.server.dynamic_config import DynamicConfig, altered
@@ -58,6 +59,10 @@ class ClusterConfigService:
         ]
         if not changes:
             return pb.AlterClusterConfigsResponse()
+        for key, value, _ in changes:
+            # proto2 strings are not checked: a sender's invalid UTF-8 arrives as bytes
+            if not isinstance(key, str) or not isinstance(value, str | None):
+                raise ConfigError(f"config key {key!r} or its value is not valid UTF-8")
 
         def write(store: MetadataStore) -> dict[str, str]:
             raw = store.get_document(DOCUMENT)

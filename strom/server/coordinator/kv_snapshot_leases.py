@@ -28,10 +28,12 @@ log = logging.getLogger(__name__)
 _PREFIX = "kv-snapshot-lease/"
 
 
-def _key(lease_id: str) -> str:
-    # hex: a lease id is any string (a '/' in it must not make one lease's key a prefix of another's);
-    # the trailing '/' keeps a prefix delete to this lease alone
-    return f"{_PREFIX}{lease_id.encode().hex()}/"
+def _key(lease_id: str | bytes) -> str:
+    # hex: a lease id is any string (a '/' in it must not make one lease's key a prefix of another's),
+    # or bytes when the sender's string is not UTF-8 (proto2 strings are not checked); the trailing '/'
+    # keeps a prefix delete to this lease alone
+    raw = lease_id if isinstance(lease_id, bytes) else lease_id.encode()
+    return f"{_PREFIX}{raw.hex()}/"
 
 
 def _bucket(table_id: int, partition_id: int | None, bucket_id: int) -> str:
