@@ -38,6 +38,7 @@ __all__ = [
     "collect_statistics",
     "parse_statistics",
     "statistics_columns",
+    "statistics_contradiction",
     "statistics_may_match",
 ]
 
@@ -119,6 +120,28 @@ def collect_statistics(records: pa.RecordBatch, columns: Sequence[int]) -> bytes
     for row in (encode_aligned_row(mins, types), encode_aligned_row(maxs, types)):
         parts += [_I32.pack(len(row)), row]
     return b"".join(parts)
+
+
+def statistics_contradiction(stats: BatchStatistics, records: pa.RecordBatch) -> str | None:
+    """Why `stats` cannot describe `records` (a null count that differs, a bound tighter than the
+    values), or None. Looser bounds are allowed; a NaN bound (Java orders NaN last) covers anything."""
+    for i, column_index in enumerate(stats.columns):
+        column = records.column(column_index)
+        name = records.schema.field(column_index).name
+        if stats.null_counts[i] != column.null_count:
+            stated = stats.null_counts[i]
+            return f"statistics say {stated} nulls in column {name}, the records hold {column.null_count}"
+        low, high = _bounds(column)
+        if low is None or high is None:
+            continue
+        stated_low, stated_high = stats.mins[i], stats.maxs[i]
+        if stated_low is None or stated_high is None:
+            return f"statistics give column {name} no bounds, the records hold values"
+        if not _nan(stated_low) and stated_low > low:
+            return f"statistics minimum {stated_low!r} of column {name} is above the records' {low!r}"
+        if not _nan(stated_high) and stated_high < high:
+            return f"statistics maximum {stated_high!r} of column {name} is below the records' {high!r}"
+    return None
 
 
 # ---------------------------------------------------------------------------------------- parsing

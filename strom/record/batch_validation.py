@@ -13,7 +13,8 @@ offsets overlap or jump. So every produced batch, and every batch a follower cop
 - writer id and batch sequence: both -1, or both >= 0;
 - magic 1: the statistics block is well formed (version, distinct ascending column indexes of types
   that have statistics, null counts, the two bound rows decode against the schema and fill exactly
-  the declared statistics length);
+  the declared statistics length), and for ARROW logs the bounds and null counts cover the records
+  (a filtered fetch skips batches on them: a bound that lies hides rows);
 - ARROW logs: change types are known values, the records are exactly one Arrow IPC RecordBatch
   message that ends where the batch ends, whose row count is the record count and whose buffers pass
   Arrow's full validation (offsets, UTF-8) against the table's schema.
@@ -31,7 +32,7 @@ import pyarrow as pa
 
 from strom.common.errors import CorruptRecordError, SchemaNotExistError
 from strom.record.arrow_batch import decode_arrow_batch
-from strom.record.batch_statistics import parse_statistics
+from strom.record.batch_statistics import parse_statistics, statistics_contradiction
 from strom.record.change_type import ChangeType
 from strom.record.kv_batch import check_writer_fields
 from strom.record.log_batch import (
@@ -82,9 +83,10 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
         )
     check_writer_fields(header.writer_id, header.batch_sequence, where)
     start = records_offset(buf, pos, header)  # checks the V1 statistics length fits
+    stats = None
     if header.magic == LOG_MAGIC_V1:
         try:
-            parse_statistics(buf, pos + V1_HEADER_SIZE, start, count, arrow_schema)
+            stats = parse_statistics(buf, pos + V1_HEADER_SIZE, start, count, arrow_schema)
         except CorruptRecordError as e:
             raise CorruptRecordError(f"{where}: {e}") from None
     end = pos + header.size
@@ -109,6 +111,12 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
         records.validate(full=True)
     except pa.ArrowInvalid as e:
         raise CorruptRecordError(f"{where}: invalid Arrow records: {e}") from None
+    if stats is not None:
+        # filtered fetches skip batches on these bounds: bounds that leave out a stored value would
+        # hide its row from every filtered reader
+        problem = statistics_contradiction(stats, records)
+        if problem is not None:
+            raise CorruptRecordError(f"{where}: {problem}")
 
 
 def _check_message_extent(buf: Buffer, start: int, end: int, where: str) -> None:

@@ -2,11 +2,14 @@
 statistics when the table sets `table.statistics.columns`; the server validates and stores them; a
 filtered fetch skips the batches whose statistics prove no row matches (counted in
 `batchesSkippedByStatistics`) and returns exactly the rows a table without statistics returns.
-Strom's own client writes the same layout, which pyfluss reads back."""
+Strom's own client writes the same layout, which pyfluss reads back; for a batch holding every type
+statistics exist for, pyfluss's statistics block and Strom's are the same bytes."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import decimal
 import re
 import urllib.request
 import uuid
@@ -18,8 +21,61 @@ from harness import Cluster
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
 from strom.client.scanner import EARLIEST_OFFSET, col
+from strom.common.table_bucket import TableBucket
+from strom.record.batch_statistics import collect_statistics, parse_statistics
+from strom.record.log_batch import V1_HEADER_SIZE, read_header, records_offset
+from strom.rpc.api import ApiKey
+from strom.rpc.gen import fluss_api_pb2 as pb
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("tag", pa.int32())])
+# every type statistics exist for; floats left out of the comparison (pyfluss orders NaN last, as Java
+# does, where Arrow's min/max skip it)
+TYPED = pa.schema(
+    [
+        ("b", pa.bool_()),
+        ("i8", pa.int8()),
+        ("i16", pa.int16()),
+        ("i64", pa.int64()),
+        ("d1", pa.decimal128(10, 2)),
+        ("d2", pa.decimal128(30, 3)),
+        ("day", pa.date32()),
+        ("t", pa.time32("ms")),
+        ("ts", pa.timestamp("us")),
+        ("ltz", pa.timestamp("us", tz="UTC")),
+        ("ts3", pa.timestamp("ms")),
+        ("s", pa.string()),
+    ]
+)
+
+
+def typed_records() -> pa.RecordBatch:
+    return pa.record_batch(
+        [
+            pa.array([True, False, None]),
+            pa.array([1, -5, None], pa.int8()),
+            pa.array([300, -2, None], pa.int16()),
+            pa.array([2**40, -7, None], pa.int64()),
+            pa.array([decimal.Decimal("1.25"), decimal.Decimal("-3.50"), None], pa.decimal128(10, 2)),
+            pa.array(
+                [decimal.Decimal("123456789012345678901.123"), decimal.Decimal("-1"), None],
+                pa.decimal128(30, 3),
+            ),
+            pa.array([dt.date(2020, 1, 1), dt.date(1960, 5, 5), None]),
+            pa.array([dt.time(1, 2, 3, 4000), dt.time(0, 0), None], pa.time32("ms")),
+            pa.array([dt.datetime(2020, 1, 1, 0, 0, 0, 123456), dt.datetime(1969, 1, 1, 0, 0, 0, 1), None]),
+            pa.array(
+                [dt.datetime(2020, 1, 1), dt.datetime(2021, 1, 1, 0, 0, 0, 999999), None],
+                pa.timestamp("us", "UTC"),
+            ),
+            pa.array(
+                [dt.datetime(2020, 1, 1), dt.datetime(1960, 1, 1, 0, 0, 0, 5000), None], pa.timestamp("ms")
+            ),
+            pa.array(["a string longer than seven bytes", "", None]),
+        ],
+        schema=TYPED,
+    )
+
+
 CONFIG = {"metrics.reporters": "prometheus", "metrics.reporter.prometheus.port": "0"}
 
 
@@ -54,6 +110,7 @@ def test_filtered_fetch_skips_batches_on_statistics(cluster_factory: Any) -> Non
     cluster: Cluster = cluster_factory(tablet_servers=1, config=CONFIG)
     suffix = uuid.uuid4().hex[:8]
     with_stats, without, own = f"stats_{suffix}", f"plain_{suffix}", f"own_{suffix}"
+    typed = f"typed_{suffix}"
 
     async def pyfluss_writes() -> pa.Table:
         connection = await fluss.FlussConnection.create(
@@ -71,6 +128,14 @@ def test_filtered_fetch_skips_batches_on_statistics(cluster_factory: Any) -> Non
                 for start in range(0, 600, 100):  # six batches, tag = 0..5
                     writer.write_arrow_batch(rows(start, 100))
                     await writer.flush()
+            typed_path = fluss.TablePath("fluss", typed)
+            properties = {"table.statistics.columns": "*"}
+            await admin.create_table(
+                typed_path, fluss.TableDescriptor(fluss.Schema(TYPED), properties=properties)
+            )
+            writer = (await connection.get_table(typed_path)).new_append().create_writer()
+            writer.write_arrow_batch(typed_records())
+            await writer.flush()
             # what Strom's own client wrote with statistics, read back by the official client
             scanner = (
                 await (await connection.get_table(fluss.TablePath("fluss", own)))
@@ -117,6 +182,29 @@ def test_filtered_fetch_skips_batches_on_statistics(cluster_factory: Any) -> Non
                     for b in [b async for b in scanner.iter_batches(to_end=True)]
                     for i in b.batch["id"].to_pylist()
                 ]
+
+    async def stored_batch(name: str) -> bytes:
+        """The first stored batch of a table, as FetchLog returns it."""
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            table = await conn.get_table(TablePath("fluss", name))
+            leader = conn.metadata.leader_for(TableBucket(table.table_id, None, 0))
+            assert leader is not None
+            request = pb.FetchLogRequest(follower_server_id=-1, max_bytes=1 << 20)
+            entry = request.tables_req.add(table_id=table.table_id, projection_pushdown_enabled=False)
+            entry.buckets_req.add(bucket_id=0, fetch_offset=0, max_fetch_bytes=1 << 20)
+            server = await conn.pool.get(leader.host, leader.port)
+            return bytes(
+                (await server.request(ApiKey.FETCH_LOG, request)).tables_resp[0].buckets_resp[0].records
+            )
+
+    # pyfluss's statistics of every type parse to what Strom's own collector computes of the records
+    stored = asyncio.run(stored_batch(typed))
+    header = read_header(stored)
+    assert header.magic == 1
+    theirs = parse_statistics(stored, V1_HEADER_SIZE, records_offset(stored, 0, header), 3, TYPED)
+    ours_block = collect_statistics(typed_records(), range(len(TYPED)))
+    assert theirs == parse_statistics(ours_block, 0, len(ours_block), 3, TYPED)
+    assert stored[V1_HEADER_SIZE : records_offset(stored, 0, header)] == ours_block  # byte for byte
 
     predicate = (col("tag") == 2) | (col("tag") >= 5)
     expected = list(range(200, 300)) + list(range(500, 600))

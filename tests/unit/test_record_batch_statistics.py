@@ -20,7 +20,7 @@ from strom.record.batch_statistics import (
     statistics_may_match,
 )
 from strom.record.batch_validation import check_log_batch
-from strom.record.log_batch import V1_HEADER_SIZE, crc_is_valid, read_header, records_offset
+from strom.record.log_batch import V1_HEADER_SIZE, crc_is_valid, read_header, records_offset, write_crc
 
 INT_ROW_NULL_BITS = bytes(8)  # 8 header bits + 1 field bit round up to one 8-byte word
 
@@ -206,3 +206,41 @@ def test_statistics_prove_or_leave_open_a_match() -> None:
     assert may(or_)
     # a literal of another type than the column cannot be compared exactly: kept
     assert may(leaf(LeafFunction.EQUAL, 100, ("10",)))
+
+
+def test_statistics_that_leave_out_stored_values_are_refused() -> None:
+    # a filtered fetch would skip this batch for `id >= 5` although it holds id 9: never stored
+    schema = pa.schema([("id", pa.int32()), ("name", pa.string())])
+    records = pa.record_batch([pa.array([1, 9, None], pa.int32()), pa.array(["a", "b", "c"])], schema=schema)
+    for stats_of, message in (
+        (
+            pa.record_batch([pa.array([1, 2, None], pa.int32()), pa.array(["a", "b", "c"])], schema=schema),
+            "maximum",
+        ),
+        (
+            pa.record_batch([pa.array([5, 9, None], pa.int32()), pa.array(["a", "b", "c"])], schema=schema),
+            "minimum",
+        ),
+        (
+            pa.record_batch([pa.array([1, 9, 3], pa.int32()), pa.array(["a", "b", "c"])], schema=schema),
+            "nulls",
+        ),
+    ):
+        block = collect_statistics(stats_of, [0, 1])
+        batch = build_arrow_log_batch(records, schema_id=1, statistics_columns=())
+        # the same records under another batch's statistics block, with a fresh CRC
+        stats_len = struct.unpack_from("<i", batch, 48)[0]
+        assert stats_len == 0
+        forged = bytearray(batch[:48] + struct.pack("<i", len(block)) + block + batch[52:])
+        struct.pack_into("<i", forged, 8, len(forged) - 12)
+        write_crc(forged, 0, len(forged))
+        with pytest.raises(CorruptRecordError, match=message):
+            check_log_batch(forged, 0, read_header(forged), schema)
+    # looser bounds are fine: they only make the server read a batch it could have skipped
+    loose = pa.record_batch([pa.array([0, 20, None], pa.int32()), pa.array(["", "z", "c"])], schema=schema)
+    block = collect_statistics(loose, [0, 1])
+    batch = build_arrow_log_batch(records, schema_id=1, statistics_columns=())
+    forged = bytearray(batch[:48] + struct.pack("<i", len(block)) + block + batch[52:])
+    struct.pack_into("<i", forged, 8, len(forged) - 12)
+    write_crc(forged, 0, len(forged))
+    check_log_batch(forged, 0, read_header(forged), schema)
