@@ -743,14 +743,22 @@ class TabletServer:
         """Read the cluster's dynamic configs from the coordinator and apply what changed. A failed
         read is logged and retried on the next round; the values stay as they were meanwhile."""
         interval = self.config.get(options.SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL).total_seconds()
+        failing = False
         while True:
             try:
                 response = await self._pass_on(
                     ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest()
                 )
             except (FlussError, OSError) as e:
-                log.info("could not read the dynamic cluster configs: %s", e)
+                if not failing:  # once per outage, not every round
+                    log.info(
+                        "could not read the dynamic cluster configs (retrying every %.1f s): %s", interval, e
+                    )
+                failing = True
             else:
+                if failing:
+                    log.info("read the dynamic cluster configs again")
+                failing = False
                 self.dynamic_config.update(
                     {c.config_key: c.config_value for c in response.configs if c.config_source == DYNAMIC}
                 )
