@@ -96,9 +96,9 @@ def skipped_batches(cluster: Cluster, table: str) -> float:
     total = 0.0
     pattern = rf'^\S*batchesSkippedByStatistics\S*\{{[^}}]*table="{table}"[^}}]*\}} (\S+)$'
     for server in cluster.tablet_servers.values():
-        port = re.findall(r"Prometheus metrics on http://[^:]+:(\d+)/metrics", server.log_path.read_text())[
-            -1
-        ]
+        assert server.log_path is not None
+        log_text = server.log_path.read_text()
+        port = re.findall(r"Prometheus metrics on http://[^:]+:(\d+)/metrics", log_text)[-1]
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         found = re.search(pattern, text, re.M)
         total += float(found.group(1)) if found else 0.0
