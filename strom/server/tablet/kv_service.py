@@ -37,7 +37,7 @@ from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import AppendResult
-from strom.server.tablet.log_service import LogService, first_schema_id
+from strom.server.tablet.log_service import LogService, acknowledge_when_durable, first_schema_id
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ class KvService:
         target_columns = list(request.target_columns) or None
         response = pb.PutKvResponse()
         waits: list[tuple[pb.PbPutKvRespForBucket, Replica, int]] = []
+        syncs: list[tuple[pb.PbPutKvRespForBucket, AppendResult]] = []
         # Taken before this handler's first await, so in arrival order; released before waiting for
         # the replicas, which need not keep the order.
         async with _append_order(ctx):
@@ -140,6 +141,8 @@ class KvService:
                         traffic.produced(replica.database, replica.table, len(entry.records), records)
                     end = appended.last_offset + 1
                     result.log_end_offset = end
+                    if appended.durable is not None:
+                        syncs.append((result, appended))
                     if request.acks == -1:
                         waits.append((result, replica, end))
                 except FlussError as e:
@@ -158,6 +161,7 @@ class KvService:
                 if error is not None:
                     result.ClearField("log_end_offset")
                     _set_error(result, error)
+        await acknowledge_when_durable(syncs, "log_end_offset")
         return response
 
     async def _append(
