@@ -1,0 +1,483 @@
+"""What a tablet server answers to Kafka requests.
+
+Each handler takes the decoded kio request and returns the response as a dict (see
+`messages.build`). Writes and reads go through the tablet server's own `LogService`, in process, so a
+Kafka produce is checked, replicated and acknowledged exactly as a Fluss one (acks, ISR, high
+watermark, long-poll fetches); metadata and topic changes go to the coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf.message import Message
+
+from strom.common import config as options
+from strom.common.config import LogFormat
+from strom.common.errors import (
+    CorruptRecordError,
+    DatabaseNotExistError,
+    FlussError,
+    InvalidConfigError,
+    NotLeaderOrFollowerError,
+    TableNotExistError,
+)
+from strom.common.table_descriptor import TableDescriptor
+from strom.rpc.api import ApiKey as FlussApi
+from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.server import RequestContext, Session
+from strom.server.kafka import errors as kafka
+from strom.server.kafka.messages import ApiKey
+from strom.server.kafka.records import (
+    TOPIC_SCHEMA,
+    UnsupportedBatch,
+    decode_producer_batch,
+    is_topic_schema,
+    split_batches,
+    to_fluss_batch,
+    to_kafka_batches,
+)
+from strom.server.tablet.log_service import OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP, LogService
+from strom.server.tablet.replica_manager import Replica, ReplicaManager
+
+log = logging.getLogger(__name__)
+
+# API key -> (min, max) version served; each is a version kio has a data type for.
+SERVED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 9),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 5),
+    ApiKey.DELETE_TOPICS: (1, 5),
+}
+
+CLUSTER_ID = "strom"
+_EARLIEST_TIMESTAMP = -2
+_LATEST_TIMESTAMP = -1
+
+
+@dataclass
+class BrokerContext:
+    """What the handlers need from the tablet server that hosts them."""
+
+    server_id: int
+    database: str
+    replicas: ReplicaManager
+    log_service: LogService
+    # a request to the active coordinator; raises FlussError on an error answer
+    coordinator: Callable[[FlussApi, Message], Awaitable[Any]]
+    # every live tablet server's Kafka address: node id -> (host, port)
+    brokers: Callable[[], dict[int, tuple[str, int]]]
+
+
+class Broker:
+    def __init__(self, context: BrokerContext) -> None:
+        self.context = context
+        self.handlers: dict[int, Callable[[Any, int, Session], Awaitable[dict[str, Any] | None]]] = {
+            ApiKey.API_VERSIONS: self.api_versions,
+            ApiKey.METADATA: self.metadata,
+            ApiKey.PRODUCE: self.produce,
+            ApiKey.FETCH: self.fetch,
+            ApiKey.LIST_OFFSETS: self.list_offsets,
+            ApiKey.CREATE_TOPICS: self.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics,
+        }
+
+    # ---- ApiVersions
+
+    async def api_versions(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        return api_versions_response(kafka.NONE)
+
+    # ---- Metadata
+
+    async def metadata(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        asked = None if request.topics is None else [t.name for t in request.topics]
+        if version == 0 and asked == []:
+            asked = None  # v0 has no null: an empty list means every topic
+        existing = await self._topic_names()
+        names = existing if asked is None else asked
+        found = [n for n in names if n in existing]
+        tables = await self._table_metadata(found)
+        brokers = self.context.brokers()
+        topics: list[dict[str, Any]] = []
+        for name in names:
+            table = tables.get(name)
+            if table is None:
+                topics.append(
+                    {"error_code": kafka.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
+                )
+                continue
+            partitions = []
+            for bucket in sorted(table.bucket_metadata, key=lambda b: b.bucket_id):
+                leader = bucket.leader_id if bucket.HasField("leader_id") else -1
+                replicas = list(bucket.replica_id)
+                partitions.append(
+                    {
+                        "error_code": kafka.NONE if leader in brokers else kafka.LEADER_NOT_AVAILABLE,
+                        "partition_index": bucket.bucket_id,
+                        "leader_id": leader if leader in brokers else -1,
+                        "leader_epoch": bucket.leader_epoch if bucket.HasField("leader_epoch") else -1,
+                        "replica_nodes": replicas,
+                        # Fluss's Metadata carries no ISR; the live replicas stand in for it
+                        "isr_nodes": [r for r in replicas if r in brokers],
+                        "offline_replicas": [r for r in replicas if r not in brokers],
+                    }
+                )
+            topics.append(
+                {"error_code": kafka.NONE, "name": name, "is_internal": False, "partitions": partitions}
+            )
+        return {
+            "throttle_time": 0,
+            "brokers": [{"node_id": n, "host": h, "port": p} for n, (h, p) in sorted(brokers.items())],
+            "cluster_id": CLUSTER_ID,
+            # CreateTopics goes to the controller; any tablet server passes it to the coordinator
+            "controller_id": self.context.server_id,
+            "topics": topics,
+        }
+
+    async def _topic_names(self) -> list[str]:
+        try:
+            listed = await self.context.coordinator(
+                FlussApi.LIST_TABLES, pb.ListTablesRequest(database_name=self.context.database)
+            )
+        except DatabaseNotExistError:
+            return []
+        return list(listed.table_name)
+
+    async def _table_metadata(self, names: list[str]) -> dict[str, pb.PbTableMetadata]:
+        """Metadata of the tables among `names` that have the topic schema (others are not topics)."""
+        if not names:
+            return {}
+        request = pb.MetadataRequest()
+        for name in names:
+            request.table_path.add(database_name=self.context.database, table_name=name)
+        response = await self.context.coordinator(FlussApi.GET_METADATA, request)
+        tables = {}
+        for table in response.table_metadata:
+            descriptor = TableDescriptor.from_json_bytes(table.table_json)
+            if is_topic_schema(descriptor.schema) and _is_plain_log(descriptor):
+                tables[table.table_path.table_name] = table
+        return tables
+
+    # ---- Produce
+
+    async def produce(self, request: Any, version: int, session: Session) -> dict[str, Any] | None:
+        if request.transactional_id is not None:
+            return _produce_error(
+                request, kafka.UNSUPPORTED_FOR_MESSAGE_FORMAT, "transactions are not supported"
+            )
+        acks = int(request.acks)
+        timeout_ms = int(request.timeout.total_seconds() * 1000)
+        responses = []
+        for topic in request.topic_data:
+            results: dict[int, dict[str, Any]] = {}
+            fluss = pb.ProduceLogRequest(acks=acks, timeout_ms=timeout_ms, table_id=-1)
+            for partition in topic.partition_data:
+                index = int(partition.index)
+                try:
+                    replica = self._leader(topic.name, index)
+                    fluss.table_id = replica.bucket.table_id
+                    data = b"".join(
+                        to_fluss_batch(
+                            decode_producer_batch(batch, replica.arrow_schema()), replica.table_info.schema_id
+                        )
+                        for batch in split_batches(partition.records or b"")
+                    )
+                except UnsupportedBatch as e:
+                    results[index] = _partition_error(index, kafka.UNSUPPORTED_FOR_MESSAGE_FORMAT, str(e))
+                    continue
+                except FlussError as e:
+                    if isinstance(e, CorruptRecordError):
+                        log.warning("refused a Kafka batch for %s-%d: %s", topic.name, index, e.message)
+                    results[index] = _partition_error(index, kafka.kafka_code(e), e.message)
+                    continue
+                fluss.buckets_req.add(bucket_id=index, records=data)
+            if fluss.buckets_req:
+                answer = await self.context.log_service.produce_log(fluss, _context(session))
+                for bucket in answer.buckets_resp:
+                    code = kafka.kafka_code_of(bucket.error_code) if bucket.HasField("error_code") else 0
+                    results[bucket.bucket_id] = {
+                        "index": bucket.bucket_id,
+                        "error_code": code,
+                        "base_offset": bucket.base_offset if code == kafka.NONE else -1,
+                        "record_errors": [],
+                        "error_message": bucket.error_message if code != kafka.NONE else None,
+                    }
+            responses.append(
+                {
+                    "name": topic.name,
+                    "partition_responses": [results[int(p.index)] for p in topic.partition_data],
+                }
+            )
+        if acks == 0:
+            return None  # Kafka answers no acks=0 produce
+        return {"responses": responses, "throttle_time": 0}
+
+    def _leader(self, topic: str, partition: int) -> Replica:
+        """The replica this server leads for a topic partition, or the Fluss error to answer."""
+        for replica in self.context.replicas.replicas.values():
+            if (
+                replica.database == self.context.database
+                and replica.table == topic
+                and replica.bucket.bucket == partition
+                and replica.bucket.partition_id is None
+            ):
+                if not is_topic_schema(replica.table_info.schema) or not _is_plain_log_info(replica):
+                    raise InvalidConfigError(f"table {self.context.database}.{topic} is not a Kafka topic")
+                return self.context.replicas.leader_replica(replica.bucket)
+        raise NotLeaderOrFollowerError(
+            f"server {self.context.server_id} holds no replica of {topic}-{partition}"
+        )
+
+    # ---- Fetch
+
+    async def fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        fluss = pb.FetchLogRequest(
+            follower_server_id=-1,
+            max_bytes=max(int(request.max_bytes), 1),
+            max_wait_ms=int(request.max_wait.total_seconds() * 1000),
+            min_bytes=int(request.min_bytes),
+        )
+        answers: dict[tuple[str, int], dict[str, Any]] = {}
+        asked: dict[tuple[int, int], tuple[str, int, Replica]] = {}  # (table idx, bucket idx) -> ...
+        tables: dict[int, Any] = {}
+        for topic in request.topics:
+            for partition in topic.partitions:
+                index = int(partition.partition)
+                try:
+                    replica = self._leader(topic.topic, index)
+                except FlussError as e:
+                    answers[(topic.topic, index)] = _fetch_error(index, kafka.kafka_code(e))
+                    continue
+                table_id = replica.bucket.table_id
+                if table_id not in tables:
+                    tables[table_id] = (
+                        len(tables),
+                        fluss.tables_req.add(table_id=table_id, projection_pushdown_enabled=False),
+                    )
+                t, table_req = tables[table_id]
+                asked[(t, len(table_req.buckets_req))] = (topic.topic, index, replica)
+                table_req.buckets_req.add(
+                    bucket_id=index,
+                    fetch_offset=int(partition.fetch_offset),
+                    max_fetch_bytes=int(partition.partition_max_bytes),
+                )
+        if asked:
+            encoded = await self.context.log_service.fetch_log(fluss, _context(session))
+            answer = pb.FetchLogResponse.FromString(b"".join(bytes(c) for c in encoded.chunks))
+            for t, table in enumerate(answer.tables_resp):
+                for b, bucket in enumerate(table.buckets_resp):
+                    name, index, replica = asked[(t, b)]
+                    answers[(name, index)] = self._fetched(index, bucket, replica)
+        return {
+            "throttle_time": 0,
+            "error_code": kafka.NONE,
+            "session_id": 0,  # no fetch sessions: every fetch is a full one
+            "responses": [
+                {
+                    "topic": topic.topic,
+                    "partitions": [answers[(topic.topic, int(p.partition))] for p in topic.partitions],
+                }
+                for topic in request.topics
+            ],
+        }
+
+    def _fetched(self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica) -> dict[str, Any]:
+        if bucket.HasField("error_code") and bucket.error_code:
+            return _fetch_error(index, kafka.kafka_code_of(bucket.error_code), bucket)
+        if bucket.HasField("remote_log_fetch_info"):
+            # Kafka clients cannot read Fluss's remote segments; this listener does not serve them yet
+            return _fetch_error(index, kafka.OFFSET_OUT_OF_RANGE, bucket)
+        records = to_kafka_batches(bucket.records, replica.arrow_schema()) if bucket.records else b""
+        return {
+            "partition_index": index,
+            "error_code": kafka.NONE,
+            "high_watermark": bucket.high_watermark,
+            "last_stable_offset": bucket.high_watermark,
+            "log_start_offset": bucket.log_start_offset,
+            "aborted_transactions": [],
+            "records": records,
+        }
+
+    # ---- ListOffsets
+
+    async def list_offsets(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        topics = []
+        for topic in request.topics:
+            partitions = []
+            for partition in topic.partitions:
+                index = int(partition.partition_index)
+                timestamp = int(partition.timestamp)
+                entry: dict[str, Any] = {"partition_index": index, "error_code": kafka.NONE}
+                try:
+                    replica = self._leader(topic.name, index)
+                    fluss = pb.ListOffsetsRequest(
+                        follower_server_id=-1, table_id=replica.bucket.table_id, bucket_id=[index]
+                    )
+                    if timestamp == _EARLIEST_TIMESTAMP:
+                        fluss.offset_type = OFFSET_EARLIEST
+                    elif timestamp == _LATEST_TIMESTAMP:
+                        fluss.offset_type = OFFSET_LATEST
+                    elif timestamp >= 0:
+                        fluss.offset_type = OFFSET_TIMESTAMP
+                        fluss.startTimestamp = timestamp
+                    else:
+                        entry["error_code"] = kafka.INVALID_REQUEST  # -3 (max timestamp) and others
+                        partitions.append(entry)
+                        continue
+                    answer = await self.context.log_service.list_offsets(fluss, _context(session))
+                    result = answer.buckets_resp[0]
+                    if result.HasField("error_code") and result.error_code:
+                        entry["error_code"] = kafka.kafka_code_of(result.error_code)
+                    else:
+                        entry["offset"] = result.offset
+                        entry["timestamp"] = -1
+                        entry["leader_epoch"] = replica.leader_epoch
+                except FlussError as e:
+                    entry["error_code"] = kafka.kafka_code(e)
+                partitions.append(entry)
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"throttle_time": 0, "topics": topics}
+
+    # ---- CreateTopics / DeleteTopics
+
+    async def create_topics(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        results = []
+        database_ready = False
+        for topic in request.topics:
+            result: dict[str, Any] = {"name": topic.name, "error_code": kafka.NONE, "error_message": None}
+            try:
+                if topic.assignments:
+                    raise InvalidConfigError(
+                        "manual replica assignments are not supported; give a partition count"
+                    )
+                if topic.configs:
+                    names = ", ".join(c.name for c in topic.configs)
+                    raise InvalidConfigError(f"topic configs are not supported (got {names})")
+                properties = {options.TABLE_LOG_FORMAT.key: LogFormat.ARROW.value}
+                if int(topic.replication_factor) > 0:
+                    properties[options.TABLE_REPLICATION_FACTOR.key] = str(int(topic.replication_factor))
+                descriptor = TableDescriptor(
+                    TOPIC_SCHEMA,
+                    bucket_count=int(topic.num_partitions) if int(topic.num_partitions) > 0 else None,
+                    properties=properties,
+                )
+                if not request.validate_only:
+                    if not database_ready:
+                        await self.context.coordinator(
+                            FlussApi.CREATE_DATABASE,
+                            pb.CreateDatabaseRequest(
+                                database_name=self.context.database, ignore_if_exists=True
+                            ),
+                        )
+                        database_ready = True
+                    await self.context.coordinator(
+                        FlussApi.CREATE_TABLE,
+                        pb.CreateTableRequest(
+                            table_path=pb.PbTablePath(
+                                database_name=self.context.database, table_name=topic.name
+                            ),
+                            table_json=descriptor.to_json_bytes(),
+                            ignore_if_exists=False,
+                        ),
+                    )
+                result["num_partitions"] = int(topic.num_partitions)
+                result["replication_factor"] = int(topic.replication_factor)
+            except FlussError as e:
+                result.update(error_code=kafka.kafka_code(e), error_message=e.message)
+            results.append(result)
+        return {"throttle_time": 0, "topics": results}
+
+    async def delete_topics(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        results = []
+        for name in request.topic_names:
+            result: dict[str, Any] = {"name": name, "error_code": kafka.NONE, "error_message": None}
+            try:
+                if name not in await self._topic_names() or not await self._table_metadata([name]):
+                    raise _unknown_topic(name)  # tables of other schemas are not topics: not dropped here
+                await self.context.coordinator(
+                    FlussApi.DROP_TABLE,
+                    pb.DropTableRequest(
+                        table_path=pb.PbTablePath(database_name=self.context.database, table_name=name),
+                        ignore_if_not_exists=False,
+                    ),
+                )
+            except FlussError as e:
+                result.update(error_code=kafka.kafka_code(e), error_message=e.message)
+            results.append(result)
+        return {"throttle_time": 0, "responses": results}
+
+
+def api_versions_response(error_code: int) -> dict[str, Any]:
+    return {
+        "error_code": error_code,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": high}
+            for key, (low, high) in sorted(SERVED_VERSIONS.items())
+        ],
+        "throttle_time": 0,
+    }
+
+
+def _unknown_topic(name: str) -> FlussError:
+    return TableNotExistError(f"topic {name} does not exist")
+
+
+def _is_plain_log(descriptor: TableDescriptor) -> bool:
+    """A topic is an unpartitioned ARROW log table."""
+    log_format = descriptor.table_config.get(options.TABLE_LOG_FORMAT)
+    return not descriptor.has_primary_key and not descriptor.partition_keys and log_format is LogFormat.ARROW
+
+
+def _is_plain_log_info(replica: Replica) -> bool:
+    info = replica.table_info
+    return not info.has_primary_key and not info.is_partitioned and info.log_format is LogFormat.ARROW
+
+
+def _context(session: Session) -> RequestContext:
+    return RequestContext(api_version=0, peer=session.peer, session=session)
+
+
+def _partition_error(index: int, code: int, message: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+def _produce_error(request: Any, code: int, message: str) -> dict[str, Any]:
+    return {
+        "responses": [
+            {
+                "name": t.name,
+                "partition_responses": [
+                    _partition_error(int(p.index), code, message) for p in t.partition_data
+                ],
+            }
+            for t in request.topic_data
+        ],
+        "throttle_time": 0,
+    }
+
+
+def _fetch_error(index: int, code: int, bucket: pb.PbFetchLogRespForBucket | None = None) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": bucket.high_watermark
+        if bucket is not None and bucket.HasField("high_watermark")
+        else -1,
+        "log_start_offset": bucket.log_start_offset
+        if bucket is not None and bucket.HasField("log_start_offset")
+        else -1,
+        "aborted_transactions": [],
+        "records": None,
+    }
