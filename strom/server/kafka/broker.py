@@ -9,6 +9,7 @@ watermark, long-poll fetches); metadata and topic changes go to the coordinator.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from strom.common.errors import (
     InvalidConfigError,
     NotLeaderOrFollowerError,
     TableNotExistError,
+    UnknownWriterIdError,
 )
 from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey as FlussApi
@@ -33,6 +35,7 @@ from strom.server.kafka import errors as kafka
 from strom.server.kafka.messages import ApiKey
 from strom.server.kafka.records import (
     TOPIC_SCHEMA,
+    ProducerBatch,
     UnsupportedBatch,
     decode_producer_batch,
     is_topic_schema,
@@ -40,6 +43,7 @@ from strom.server.kafka.records import (
     to_fluss_batch,
     to_kafka_batches,
 )
+from strom.server.tablet.log.writer_state import KAFKA_WRITER_BIT, is_kafka_writer
 from strom.server.tablet.log_service import OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP, LogService
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -54,7 +58,14 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 5),
     ApiKey.DELETE_TOPICS: (1, 5),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
 }
+_TOPIC_RESOURCE = 2
+_BROKER_RESOURCE = 4
+_DEFAULT_CONFIG = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
+_TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
+_STATIC_BROKER_CONFIG = 4
 
 CLUSTER_ID = "strom"
 _EARLIEST_TIMESTAMP = -2
@@ -86,6 +97,8 @@ class Broker:
             ApiKey.LIST_OFFSETS: self.list_offsets,
             ApiKey.CREATE_TOPICS: self.create_topics,
             ApiKey.DELETE_TOPICS: self.delete_topics,
+            ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
+            ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
         }
 
     # ---- ApiVersions
@@ -184,7 +197,8 @@ class Broker:
                     fluss.table_id = replica.bucket.table_id
                     data = b"".join(
                         to_fluss_batch(
-                            decode_producer_batch(batch, replica.arrow_schema()), replica.table_info.schema_id
+                            _idempotent(decode_producer_batch(batch, replica.arrow_schema())),
+                            replica.table_info.schema_id,
                         )
                         for batch in split_batches(partition.records or b"")
                     )
@@ -344,6 +358,87 @@ class Broker:
             topics.append({"name": topic.name, "partitions": partitions})
         return {"throttle_time": 0, "topics": topics}
 
+    # ---- InitProducerId
+
+    async def init_producer_id(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        if request.transactional_id is not None:
+            return {"throttle_time": 0, "error_code": kafka.INVALID_REQUEST, "producer_epoch": -1}
+        # Unique without a round trip, as Fluss writer ids are; bit 62 tells the log Kafka's sequence
+        # numbering from Fluss's (writer_state.py). Epochs are not used: every producer gets epoch 0,
+        # and a producer that asks again (KIP-360) simply gets a new id.
+        producer_id = KAFKA_WRITER_BIT | secrets.randbits(61)
+        return {"throttle_time": 0, "error_code": kafka.NONE, "producer_id": producer_id, "producer_epoch": 0}
+
+    # ---- DescribeConfigs
+
+    async def describe_configs(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        results = []
+        for resource in request.resources:
+            result: dict[str, Any] = {
+                "error_code": kafka.NONE,
+                "error_message": None,
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "configs": [],
+            }
+            try:
+                if resource.resource_type == _TOPIC_RESOURCE:
+                    configs = await self._topic_configs(resource.resource_name)
+                elif resource.resource_type == _BROKER_RESOURCE:
+                    configs = self._broker_configs()
+                else:
+                    raise InvalidConfigError(f"resource type {resource.resource_type} has no configs here")
+            except FlussError as e:
+                result.update(error_code=kafka.kafka_code(e), error_message=e.message)
+                results.append(result)
+                continue
+            wanted = resource.configuration_keys
+            result["configs"] = [
+                {
+                    "name": name,
+                    "value": value,
+                    "read_only": True,
+                    "config_source": source,
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "documentation": None,
+                }
+                for name, (value, source) in configs.items()
+                if not wanted or name in wanted
+            ]
+            results.append(result)
+        return {"throttle_time": 0, "results": results}
+
+    async def _topic_configs(self, name: str) -> dict[str, tuple[str, int]]:
+        """The Kafka settings clients read, from the topic's table (Kafka's names and units)."""
+        if name not in await self._topic_names():
+            raise _unknown_topic(name)
+        tables = await self._table_metadata([name])
+        if name not in tables:
+            raise _unknown_topic(name)
+        properties = TableDescriptor.from_json_bytes(tables[name].table_json).table_config
+        ttl = properties.get(options.TABLE_LOG_TTL)
+        ttl_source = _TOPIC_CONFIG if options.TABLE_LOG_TTL.key in properties else _DEFAULT_CONFIG
+        min_isr = str(self.context.log_service.min_in_sync_replicas)
+        return {
+            "cleanup.policy": ("delete", _DEFAULT_CONFIG),
+            "retention.ms": (str(int(ttl.total_seconds() * 1000)), ttl_source),
+            "retention.bytes": ("-1", _DEFAULT_CONFIG),
+            "message.timestamp.type": ("CreateTime", _DEFAULT_CONFIG),
+            "compression.type": ("producer", _DEFAULT_CONFIG),
+            "min.insync.replicas": (min_isr, _STATIC_BROKER_CONFIG),
+        }
+
+    def _broker_configs(self) -> dict[str, tuple[str, int]]:
+        return {
+            "broker.id": (str(self.context.server_id), _STATIC_BROKER_CONFIG),
+            "auto.create.topics.enable": ("false", _STATIC_BROKER_CONFIG),
+            "min.insync.replicas": (
+                str(self.context.log_service.min_in_sync_replicas),
+                _STATIC_BROKER_CONFIG,
+            ),
+        }
+
     # ---- CreateTopics / DeleteTopics
 
     async def create_topics(self, request: Any, version: int, session: Session) -> dict[str, Any]:
@@ -422,6 +517,15 @@ def api_versions_response(error_code: int) -> dict[str, Any]:
         ],
         "throttle_time": 0,
     }
+
+
+def _idempotent(batch: ProducerBatch) -> ProducerBatch:
+    """A batch of an idempotent producer must carry an id this listener handed out."""
+    if batch.producer_id >= 0 and not is_kafka_writer(batch.producer_id):
+        raise UnknownWriterIdError(
+            f"producer id {batch.producer_id} was not handed out by InitProducerId here"
+        )
+    return batch
 
 
 def _unknown_topic(name: str) -> FlussError:
