@@ -32,6 +32,7 @@ from strom.rpc.api import ApiKey as FlussApi
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext, Session
 from strom.server.kafka import errors as kafka
+from strom.server.kafka.groups import GroupCoordinator, GroupError, coordinator_for
 from strom.server.kafka.messages import ApiKey
 from strom.server.kafka.records import (
     TOPIC_SCHEMA,
@@ -60,7 +61,16 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.FIND_COORDINATOR: (0, 3),
+    ApiKey.JOIN_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 3),
+    ApiKey.HEARTBEAT: (0, 3),
+    ApiKey.LEAVE_GROUP: (0, 3),
+    ApiKey.OFFSET_COMMIT: (2, 7),
+    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.LIST_GROUPS: (0, 2),
 }
+_GROUP_KEY = 0  # FindCoordinator key type of a consumer group (1 is a transactional id)
 _TOPIC_RESOURCE = 2
 _BROKER_RESOURCE = 4
 _DEFAULT_CONFIG = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
@@ -99,7 +109,16 @@ class Broker:
             ApiKey.DELETE_TOPICS: self.delete_topics,
             ApiKey.INIT_PRODUCER_ID: self.init_producer_id,
             ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
+            ApiKey.FIND_COORDINATOR: self.find_coordinator,
+            ApiKey.JOIN_GROUP: self.join_group,
+            ApiKey.SYNC_GROUP: self.sync_group,
+            ApiKey.HEARTBEAT: self.heartbeat,
+            ApiKey.LEAVE_GROUP: self.leave_group,
+            ApiKey.OFFSET_COMMIT: self.offset_commit,
+            ApiKey.OFFSET_FETCH: self.offset_fetch,
+            ApiKey.LIST_GROUPS: self.list_groups,
         }
+        self.groups = GroupCoordinator()
 
     # ---- ApiVersions
 
@@ -438,6 +457,178 @@ class Broker:
                 _STATIC_BROKER_CONFIG,
             ),
         }
+
+    # ---- consumer groups
+
+    async def find_coordinator(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        answer: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_message": None,
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+        }
+        if getattr(request, "key_type", _GROUP_KEY) != _GROUP_KEY:
+            return {
+                **answer,
+                "error_code": kafka.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "no transactions",
+            }
+        brokers = self.context.brokers()
+        node = coordinator_for(request.key, list(brokers))
+        if node is None:
+            return {**answer, "error_code": kafka.COORDINATOR_NOT_AVAILABLE}
+        host, port = brokers[node]
+        return {**answer, "error_code": kafka.NONE, "node_id": node, "host": host, "port": port}
+
+    def _coordinate(self, group_id: str) -> None:
+        """Raise GroupError(NOT_COORDINATOR) unless this server coordinates the group."""
+        if coordinator_for(group_id, list(self.context.brokers())) != self.context.server_id:
+            raise GroupError(kafka.NOT_COORDINATOR, f"group {group_id} is coordinated by another server")
+        self.groups.expire_sessions()
+
+    async def join_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        failed: dict[str, Any] = {
+            "throttle_time": 0,
+            "generation_id": -1,
+            "protocol_name": None,
+            "leader": "",
+            "member_id": request.member_id,
+            "members": [],
+        }
+        try:
+            self._coordinate(request.group_id)
+            session_timeout = request.session_timeout.total_seconds()
+            rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
+            result = await self.groups.join(
+                request.group_id,
+                request.member_id,
+                session.attributes.get("kafka_client_id") or "",
+                session.host,
+                session_timeout,
+                rebalance if rebalance > 0 else session_timeout,
+                request.protocol_type,
+                [(p.name, p.metadata) for p in request.protocols],
+            )
+        except GroupError as e:
+            return {**failed, "error_code": e.code}
+        return {
+            "throttle_time": 0,
+            "error_code": kafka.NONE,
+            "generation_id": result.generation,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name,
+            "leader": result.leader,
+            "member_id": result.member_id,
+            "members": [{"member_id": m, "metadata": data} for m, data in result.members],
+        }
+
+    async def sync_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        try:
+            self._coordinate(request.group_id)
+            assignment, group = await self.groups.sync(
+                request.group_id,
+                int(request.generation_id),
+                request.member_id,
+                {a.member_id: a.assignment for a in request.assignments},
+            )
+        except GroupError as e:
+            return {"throttle_time": 0, "error_code": e.code, "assignment": b""}
+        return {
+            "throttle_time": 0,
+            "error_code": kafka.NONE,
+            "protocol_type": group.protocol_type,
+            "protocol_name": group.protocol_name,
+            "assignment": assignment,
+        }
+
+    async def heartbeat(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        try:
+            self._coordinate(request.group_id)
+            self.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
+        except GroupError as e:
+            return {"throttle_time": 0, "error_code": e.code}
+        return {"throttle_time": 0, "error_code": kafka.NONE}
+
+    async def leave_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        ids = [m.member_id for m in request.members] if hasattr(request, "members") else [request.member_id]
+        results = []
+        error = kafka.NONE
+        for member_id in ids:
+            code = kafka.NONE
+            try:
+                self._coordinate(request.group_id)
+                self.groups.leave(request.group_id, member_id)
+            except GroupError as e:
+                code = error = e.code
+            results.append({"member_id": member_id, "group_instance_id": None, "error_code": code})
+        return {"throttle_time": 0, "error_code": error, "members": results}
+
+    async def offset_commit(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        generation = int(getattr(request, "generation_id_or_member_epoch", -1))
+        code = kafka.NONE
+        try:
+            self._coordinate(request.group_id)
+            self.groups.commit(
+                request.group_id,
+                generation,
+                request.member_id,
+                {
+                    (t.name, int(p.partition_index)): (int(p.committed_offset), p.committed_metadata)
+                    for t in request.topics
+                    for p in t.partitions
+                },
+            )
+        except GroupError as e:
+            code = e.code
+        return {
+            "throttle_time": 0,
+            "topics": [
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+
+    async def offset_fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        try:
+            self._coordinate(request.group_id)
+        except GroupError as e:
+            return {"throttle_time": 0, "topics": [], "error_code": e.code}
+        committed = self.groups.committed(request.group_id)
+        if request.topics is None:
+            asked: dict[str, list[int]] = {}
+            for name, partition in sorted(committed):
+                asked.setdefault(name, []).append(partition)
+        else:
+            asked = {t.name: [int(i) for i in t.partition_indexes] for t in request.topics}
+        topics = []
+        for name, partitions in asked.items():
+            entries = []
+            for partition in partitions:
+                offset, metadata = committed.get((name, partition), (-1, ""))
+                entries.append(
+                    {
+                        "partition_index": partition,
+                        "committed_offset": offset,
+                        "metadata": metadata,
+                        "error_code": kafka.NONE,
+                    }
+                )
+            topics.append({"name": name, "partitions": entries})
+        return {"throttle_time": 0, "topics": topics, "error_code": kafka.NONE}
+
+    async def list_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        mine = [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type or ""}
+            for g in self.groups.groups.values()
+            if coordinator_for(g.group_id, list(self.context.brokers())) == self.context.server_id
+        ]
+        return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
 
     # ---- CreateTopics / DeleteTopics
 

@@ -128,6 +128,7 @@ class KafkaListener:
             log.warning("closing Kafka connection from %s: undecodable request: %r", session.peer, e)
             return False
         failed = False
+        session.attributes["kafka_client_id"] = request.client_id
         try:
             handler = self.broker.handlers[request.api_key]
             values: Any = await handler(request.body, request.api_version, session)
