@@ -11,8 +11,9 @@ import io
 import json
 import socket
 import struct
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import fluss
@@ -22,6 +23,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import NewTopic
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.fetch.v11.request import FetchPartition, FetchTopic
 from kio.schema.list_offsets.v4.request import ListOffsetsPartition, ListOffsetsTopic
@@ -293,3 +295,70 @@ def test_delete_topics_drops_the_table(local: dict[str, Any]) -> None:
         return bool(await admin.table_exists(fluss.TablePath("kafka", "gone")))
 
     assert not asyncio.run(exists())
+
+
+def test_a_consumer_group_splits_partitions_and_rebalances_when_a_member_leaves(
+    local: dict[str, Any],
+) -> None:
+    servers = _kafka_servers(local)
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=15000)
+    admin.create_topics([NewTopic("grouped", 6, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=servers, enable_idempotence=False)
+    for i in range(60):
+        producer.send("grouped", b"%d" % i, partition=i % 6)
+    producer.flush()
+    producer.close()
+
+    assignments: dict[int, list[int]] = {}
+    seen: set[tuple[int, int]] = set()
+    stop: set[int] = set()
+    errors: list[BaseException] = []
+
+    def member(i: int) -> None:
+        try:
+            consumer = KafkaConsumer(
+                "grouped",
+                bootstrap_servers=servers,
+                group_id="g",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                session_timeout_ms=6000,
+                heartbeat_interval_ms=300,
+                partition_assignment_strategy=[RangePartitionAssignor],
+            )
+            while i not in stop:
+                for records in consumer.poll(300).values():
+                    seen.update((r.partition, r.offset) for r in records)
+                assignments[i] = sorted(tp.partition for tp in consumer.assignment())
+                if seen and len(seen) == 60:
+                    consumer.commit()
+            consumer.close()  # LeaveGroup
+        except BaseException as e:  # reported by the test thread
+            errors.append(e)
+
+    def until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline and not errors:
+            time.sleep(0.1)
+        assert not errors, errors
+        assert condition(), assignments
+
+    threads = [threading.Thread(target=member, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        until(lambda: len(seen) == 60 and all(len(assignments.get(i, [])) == 2 for i in range(3)))
+        assert sorted(p for owned in assignments.values() for p in owned) == list(range(6))
+        stop.add(2)
+        threads[2].join()
+        until(lambda: sorted(assignments[0] + assignments[1]) == list(range(6)))
+    finally:
+        stop.update(range(3))
+        for thread in threads:
+            thread.join()
+    reader = KafkaConsumer(bootstrap_servers=servers, group_id="g", enable_auto_commit=False)
+    try:
+        assert [reader.committed(KafkaTopicPartition("grouped", p)) for p in range(6)] == [10] * 6
+    finally:
+        reader.close()
