@@ -23,6 +23,7 @@ from strom.common.errors import (
     DatabaseNotExistError,
     FlussError,
     InvalidConfigError,
+    InvalidTableError,
     NotLeaderOrFollowerError,
     TableNotExistError,
     UnknownWriterIdError,
@@ -32,8 +33,9 @@ from strom.rpc.api import ApiKey as FlussApi
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext, Session
 from strom.server.kafka import errors as kafka
-from strom.server.kafka.groups import GroupCoordinator, GroupError, coordinator_for
+from strom.server.kafka.groups import GroupCoordinator, GroupError
 from strom.server.kafka.messages import ApiKey
+from strom.server.kafka.offsets import OFFSETS_BUCKETS, OFFSETS_TOPIC, OffsetsStore, offsets_bucket
 from strom.server.kafka.records import (
     TOPIC_SCHEMA,
     ProducerBatch,
@@ -119,6 +121,8 @@ class Broker:
             ApiKey.LIST_GROUPS: self.list_groups,
         }
         self.groups = GroupCoordinator()
+        self.offsets = OffsetsStore(context.log_service, lambda: _context(Session(peer="kafka-groups")))
+        self._loaded: dict[str, int] = {}  # group id -> the offsets bucket's leader epoch it was read in
 
     # ---- ApiVersions
 
@@ -132,7 +136,8 @@ class Broker:
         if version == 0 and asked == []:
             asked = None  # v0 has no null: an empty list means every topic
         existing = await self._topic_names()
-        names = existing if asked is None else asked
+        # the offsets topic is internal: listed only when asked for by name
+        names = [n for n in existing if n != OFFSETS_TOPIC] if asked is None else asked
         found = [n for n in names if n in existing]
         tables = await self._table_metadata(found)
         brokers = self.context.brokers()
@@ -161,7 +166,12 @@ class Broker:
                     }
                 )
             topics.append(
-                {"error_code": kafka.NONE, "name": name, "is_internal": False, "partitions": partitions}
+                {
+                    "error_code": kafka.NONE,
+                    "name": name,
+                    "is_internal": name == OFFSETS_TOPIC,
+                    "partitions": partitions,
+                }
             )
         return {
             "throttle_time": 0,
@@ -199,6 +209,8 @@ class Broker:
     # ---- Produce
 
     async def produce(self, request: Any, version: int, session: Session) -> dict[str, Any] | None:
+        if any(t.name == OFFSETS_TOPIC for t in request.topic_data):
+            return _produce_error(request, kafka.INVALID_TOPIC_EXCEPTION, f"{OFFSETS_TOPIC} is internal")
         if request.transactional_id is not None:
             return _produce_error(
                 request, kafka.UNSUPPORTED_FOR_MESSAGE_FORMAT, "transactions are not supported"
@@ -475,29 +487,62 @@ class Broker:
                 "error_message": "no transactions",
             }
         brokers = self.context.brokers()
-        node = coordinator_for(request.key, list(brokers))
-        if node is None:
+        try:
+            table = await self._offsets_table(len(brokers))
+        except FlussError as e:
+            return {**answer, "error_code": kafka.COORDINATOR_NOT_AVAILABLE, "error_message": e.message}
+        bucket = offsets_bucket(request.key)
+        leader = next(
+            (b.leader_id for b in table.bucket_metadata if b.bucket_id == bucket and b.HasField("leader_id")),
+            None,
+        )
+        if leader is None or leader not in brokers:
             return {**answer, "error_code": kafka.COORDINATOR_NOT_AVAILABLE}
-        host, port = brokers[node]
-        return {**answer, "error_code": kafka.NONE, "node_id": node, "host": host, "port": port}
+        host, port = brokers[leader]
+        return {**answer, "error_code": kafka.NONE, "node_id": leader, "host": host, "port": port}
 
-    def _coordinate(self, group_id: str) -> None:
-        """Raise GroupError(NOT_COORDINATOR) unless this server coordinates the group."""
-        if coordinator_for(group_id, list(self.context.brokers())) != self.context.server_id:
-            raise GroupError(kafka.NOT_COORDINATOR, f"group {group_id} is coordinated by another server")
+    async def _offsets_table(self, brokers: int) -> pb.PbTableMetadata:
+        """The offsets topic's metadata; created on first use, replicated on up to 3 servers."""
+        tables = (
+            await self._table_metadata([OFFSETS_TOPIC]) if OFFSETS_TOPIC in await self._topic_names() else {}
+        )
+        if OFFSETS_TOPIC not in tables:
+            await self._create_topic(
+                OFFSETS_TOPIC, OFFSETS_BUCKETS, max(1, min(3, brokers)), ignore_if_exists=True
+            )
+            tables = await self._table_metadata([OFFSETS_TOPIC])
+        if OFFSETS_TOPIC not in tables:
+            raise _unknown_topic(OFFSETS_TOPIC)
+        return tables[OFFSETS_TOPIC]
+
+    async def _coordinate(self, group_id: str) -> Replica:
+        """This server's leader replica of the group's offsets bucket, with the group's commits
+        loaded; GroupError(NOT_COORDINATOR) when another server leads it."""
+        try:
+            replica = self._leader(OFFSETS_TOPIC, offsets_bucket(group_id))
+        except FlussError as e:
+            raise GroupError(kafka.NOT_COORDINATOR, f"group {group_id}: {e.message}") from e
+        if self._loaded.get(group_id) != replica.leader_epoch:
+            try:
+                offsets = await self.offsets.read(replica, group_id)
+            except FlussError as e:
+                raise GroupError(kafka.COORDINATOR_LOAD_IN_PROGRESS, e.message) from e
+            self.groups.load(group_id, offsets)
+            self._loaded[group_id] = replica.leader_epoch
         self.groups.expire_sessions()
+        return replica
 
     async def join_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         failed: dict[str, Any] = {
             "throttle_time": 0,
             "generation_id": -1,
-            "protocol_name": None,
+            "protocol_name": "",
             "leader": "",
             "member_id": request.member_id,
             "members": [],
         }
         try:
-            self._coordinate(request.group_id)
+            await self._coordinate(request.group_id)
             session_timeout = request.session_timeout.total_seconds()
             rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
             result = await self.groups.join(
@@ -525,7 +570,7 @@ class Broker:
 
     async def sync_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._coordinate(request.group_id)
+            await self._coordinate(request.group_id)
             assignment, group = await self.groups.sync(
                 request.group_id,
                 int(request.generation_id),
@@ -544,7 +589,7 @@ class Broker:
 
     async def heartbeat(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._coordinate(request.group_id)
+            await self._coordinate(request.group_id)
             self.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
         except GroupError as e:
             return {"throttle_time": 0, "error_code": e.code}
@@ -557,7 +602,7 @@ class Broker:
         for member_id in ids:
             code = kafka.NONE
             try:
-                self._coordinate(request.group_id)
+                await self._coordinate(request.group_id)
                 self.groups.leave(request.group_id, member_id)
             except GroupError as e:
                 code = error = e.code
@@ -567,20 +612,23 @@ class Broker:
     async def offset_commit(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         generation = int(getattr(request, "generation_id_or_member_epoch", -1))
         code = kafka.NONE
+        offsets = {
+            (t.name, int(p.partition_index)): (int(p.committed_offset), p.committed_metadata)
+            for t in request.topics
+            for p in t.partitions
+        }
         try:
-            self._coordinate(request.group_id)
-            self.groups.commit(
-                request.group_id,
-                generation,
-                request.member_id,
-                {
-                    (t.name, int(p.partition_index)): (int(p.committed_offset), p.committed_metadata)
-                    for t in request.topics
-                    for p in t.partitions
-                },
-            )
+            replica = await self._coordinate(request.group_id)
+            self.groups.check_commit(request.group_id, generation, request.member_id)
+            if offsets:
+                # stored (acks=all) before it is answered: a new coordinator reads it from the log
+                await self.offsets.write(replica, request.group_id, offsets)
+            self.groups.commit(request.group_id, offsets)
         except GroupError as e:
             code = e.code
+        except FlussError as e:
+            log.warning("committing offsets of group %s failed: %s", request.group_id, e.message)
+            code = kafka.kafka_code(e)
         return {
             "throttle_time": 0,
             "topics": [
@@ -596,7 +644,7 @@ class Broker:
 
     async def offset_fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._coordinate(request.group_id)
+            await self._coordinate(request.group_id)
         except GroupError as e:
             return {"throttle_time": 0, "topics": [], "error_code": e.code}
         committed = self.groups.committed(request.group_id)
@@ -623,18 +671,19 @@ class Broker:
         return {"throttle_time": 0, "topics": topics, "error_code": kafka.NONE}
 
     async def list_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
-        mine = [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type or ""}
-            for g in self.groups.groups.values()
-            if coordinator_for(g.group_id, list(self.context.brokers())) == self.context.server_id
-        ]
+        mine = []
+        for group in self.groups.groups.values():
+            try:
+                self._leader(OFFSETS_TOPIC, offsets_bucket(group.group_id))
+            except FlussError:
+                continue  # coordinated elsewhere now
+            mine.append({"group_id": group.group_id, "protocol_type": group.protocol_type or ""})
         return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
 
     # ---- CreateTopics / DeleteTopics
 
     async def create_topics(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         results = []
-        database_ready = False
         for topic in request.topics:
             result: dict[str, Any] = {"name": topic.name, "error_code": kafka.NONE, "error_message": None}
             try:
@@ -645,32 +694,14 @@ class Broker:
                 if topic.configs:
                     names = ", ".join(c.name for c in topic.configs)
                     raise InvalidConfigError(f"topic configs are not supported (got {names})")
-                properties = {options.TABLE_LOG_FORMAT.key: LogFormat.ARROW.value}
-                if int(topic.replication_factor) > 0:
-                    properties[options.TABLE_REPLICATION_FACTOR.key] = str(int(topic.replication_factor))
-                descriptor = TableDescriptor(
-                    TOPIC_SCHEMA,
-                    bucket_count=int(topic.num_partitions) if int(topic.num_partitions) > 0 else None,
-                    properties=properties,
-                )
+                if topic.name == OFFSETS_TOPIC:
+                    raise InvalidTableError(f"{OFFSETS_TOPIC} is the internal topic of committed offsets")
                 if not request.validate_only:
-                    if not database_ready:
-                        await self.context.coordinator(
-                            FlussApi.CREATE_DATABASE,
-                            pb.CreateDatabaseRequest(
-                                database_name=self.context.database, ignore_if_exists=True
-                            ),
-                        )
-                        database_ready = True
-                    await self.context.coordinator(
-                        FlussApi.CREATE_TABLE,
-                        pb.CreateTableRequest(
-                            table_path=pb.PbTablePath(
-                                database_name=self.context.database, table_name=topic.name
-                            ),
-                            table_json=descriptor.to_json_bytes(),
-                            ignore_if_exists=False,
-                        ),
+                    await self._create_topic(
+                        topic.name,
+                        int(topic.num_partitions),
+                        int(topic.replication_factor),
+                        ignore_if_exists=False,
                     )
                 result["num_partitions"] = int(topic.num_partitions)
                 result["replication_factor"] = int(topic.replication_factor)
@@ -679,11 +710,36 @@ class Broker:
             results.append(result)
         return {"throttle_time": 0, "topics": results}
 
+    async def _create_topic(
+        self, name: str, partitions: int, replication: int, *, ignore_if_exists: bool
+    ) -> None:
+        """A log table of the topic schema (and the database, when it is the first)."""
+        properties = {options.TABLE_LOG_FORMAT.key: LogFormat.ARROW.value}
+        if replication > 0:
+            properties[options.TABLE_REPLICATION_FACTOR.key] = str(replication)
+        descriptor = TableDescriptor(
+            TOPIC_SCHEMA, bucket_count=partitions if partitions > 0 else None, properties=properties
+        )
+        await self.context.coordinator(
+            FlussApi.CREATE_DATABASE,
+            pb.CreateDatabaseRequest(database_name=self.context.database, ignore_if_exists=True),
+        )
+        await self.context.coordinator(
+            FlussApi.CREATE_TABLE,
+            pb.CreateTableRequest(
+                table_path=pb.PbTablePath(database_name=self.context.database, table_name=name),
+                table_json=descriptor.to_json_bytes(),
+                ignore_if_exists=ignore_if_exists,
+            ),
+        )
+
     async def delete_topics(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         results = []
         for name in request.topic_names:
             result: dict[str, Any] = {"name": name, "error_code": kafka.NONE, "error_message": None}
             try:
+                if name == OFFSETS_TOPIC:
+                    raise InvalidTableError(f"{OFFSETS_TOPIC} is the internal topic of committed offsets")
                 if name not in await self._topic_names() or not await self._table_metadata([name]):
                     raise _unknown_topic(name)  # tables of other schemas are not topics: not dropped here
                 await self.context.coordinator(

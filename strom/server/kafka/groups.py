@@ -7,9 +7,8 @@ SyncGroup. A rebalance starts when a member joins, leaves, or misses heartbeats 
 timeout; it completes once every known member has joined again or the rebalance timeout expired
 (members that did not rejoin are dropped).
 
-Each group lives on one tablet server: the hash of its id over the live Kafka brokers, so every
-server computes the same coordinator. Committed offsets are held in memory by that coordinator
-(see docs/kafka.md: they do not survive its failure yet).
+Each group lives on the tablet server that leads its bucket of the offsets topic (`offsets.py`),
+where its commits are stored.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import enum
 import logging
 import time
 import uuid
-import zlib
 from dataclasses import dataclass, field
 
 from strom.server.kafka import errors as kafka
@@ -82,14 +80,6 @@ class Group:
     offsets: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
     join_not_before: float = 0.0  # the initial delay of an empty group's first rebalance
     rebalance_timer: asyncio.TimerHandle | None = None
-
-
-def coordinator_for(group_id: str, brokers: list[int]) -> int | None:
-    """The tablet server that coordinates a group: a stable hash of its id over the live brokers."""
-    if not brokers:
-        return None
-    ordered = sorted(brokers)
-    return ordered[zlib.crc32(group_id.encode()) % len(ordered)]
 
 
 class GroupCoordinator:
@@ -318,17 +308,19 @@ class GroupCoordinator:
 
     # ---- offsets
 
-    def commit(
-        self,
-        group_id: str,
-        generation: int,
-        member_id: str,
-        offsets: dict[tuple[str, int], tuple[int, str | None]],
-    ) -> None:
+    def check_commit(self, group_id: str, generation: int, member_id: str) -> None:
+        """A member's commit counts only in its current generation; simple consumers' (-1, "") always."""
         group = self.group(group_id)
         if generation >= 0 or member_id:
-            # a member's commit counts only in its current generation; simple consumers (-1, "") always
             self._member(group, member_id, generation)
+
+    def commit(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        self.group(group_id).offsets.update(offsets)
+
+    def load(self, group_id: str, offsets: dict[tuple[str, int], tuple[int, str | None]]) -> None:
+        """Committed offsets read from the offsets topic replace what this server held."""
+        group = self.group(group_id)
+        group.offsets.clear()
         group.offsets.update(offsets)
 
     def committed(self, group_id: str) -> dict[tuple[str, int], tuple[int, str | None]]:
