@@ -372,8 +372,11 @@ def test_a_consumer_group_splits_partitions_and_rebalances_when_a_member_leaves(
         reader.close()
 
 
-def test_committed_offsets_survive_a_coordinator_sigkill(local: dict[str, Any]) -> None:
-    """Last in this module: it kills a tablet server. The offsets topic has a replica on both."""
+def test_a_server_sigkill_loses_no_committed_offset_and_duplicates_no_idempotent_write(
+    local: dict[str, Any],
+) -> None:
+    """Last in this module: it kills the tablet server that coordinates a group and leads a partition
+    an idempotent producer (acks=all, RF 2) is writing to. The offsets topic has a replica on both."""
     servers = _kafka_servers(local)
     admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=15000)
     admin.create_topics([NewTopic("tracked", 2, 2)])
@@ -391,9 +394,36 @@ def test_committed_offsets_survive_a_coordinator_sigkill(local: dict[str, Any]) 
     finally:
         raw.close()
     victim = next(s for s in local["servers"] if s["role"] == "tablet-server" and s["id"] == coordinator)
-    os.kill(victim["pid"], signal.SIGKILL)
-
     survivor = next(a for s, a in zip(local["servers"][1:], servers, strict=True) if s["id"] != coordinator)
+    victim_address = next(
+        a for s, a in zip(local["servers"][1:], servers, strict=True) if s["id"] == coordinator
+    )
+    # the partition the victim leads (Fluss spreads the two leaders over the two servers)
+    partition = next(p for p in range(2) if _leader_address(local, "tracked", p) == victim_address)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": local["kafka_bootstrap"],
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 2,
+        }
+    )
+    failures: list[Any] = []
+
+    def delivered(error: Any, message: Any) -> None:
+        if error is not None:
+            failures.append(error)
+
+    count = 2000
+    for i in range(count):
+        producer.produce("tracked", value=b"%d" % i, partition=partition, on_delivery=delivered)
+        if i == count // 3:
+            assert producer.flush(15) == 0
+            os.kill(victim["pid"], signal.SIGKILL)
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not failures, failures
+
     deadline = time.monotonic() + 30
     committed: list[int | None] = []
     while time.monotonic() < deadline:
@@ -408,3 +438,10 @@ def test_committed_offsets_survive_a_coordinator_sigkill(local: dict[str, Any]) 
             break
         time.sleep(0.5)
     assert committed == [41, 7]
+
+    values = KafkaConsumer(bootstrap_servers=[survivor], consumer_timeout_ms=3000, enable_auto_commit=False)
+    values.assign([partitions[partition]])
+    values.seek_to_beginning()
+    written = [int(m.value) for m in values]
+    values.close()
+    assert written == list(range(count))  # each once, in order
