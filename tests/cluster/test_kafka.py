@@ -269,6 +269,31 @@ def test_corrupt_batches_are_refused_and_nothing_is_stored(local: dict[str, Any]
         raw.close()
 
 
+def test_undecodable_frames_close_the_connection_and_the_server_goes_on(local: dict[str, Any]) -> None:
+    address = _kafka_servers(local)[0]
+    for frame in (
+        struct.pack(">hhi", 0, 7, 1) + b"\x00\x03raw\xff\xff",  # Produce v7 cut short after the header
+        struct.pack(">hhi", 0, 99, 2) + b"\x00\x03raw",  # a version not served
+        struct.pack(">hhi", 77, 0, 3) + b"\x00\x03raw",  # an API not served
+    ):
+        raw = RawKafka(address)
+        try:
+            raw.sock.sendall(struct.pack(">i", len(frame)) + frame)
+            assert raw.sock.recv(16) == b""  # closed, as a broker does
+        finally:
+            raw.close()
+    raw = RawKafka(address)
+    try:  # ApiVersions of a version not served: answered in v0 with UNSUPPORTED_VERSION and the list
+        frame = struct.pack(">hhi", 18, 9, 5) + b"\x00\x03raw"
+        raw.sock.sendall(struct.pack(">i", len(frame)) + frame)
+        size = struct.unpack(">i", raw._read(4))[0]
+        body = raw._read(size)
+        assert struct.unpack_from(">ih", body) == (5, 35)
+        assert raw.request(3, 4, topics=None, allow_auto_topic_creation=False).brokers  # still served
+    finally:
+        raw.close()
+
+
 def _ms(ms: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=ms)
 
