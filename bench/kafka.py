@@ -3,6 +3,10 @@ listener, next to pyfluss appending and reading the same records as Arrow throug
 and a file append of the same Kafka batch bytes, all in one run on one tablet server. Prints MB/s
 (of record keys and values) for each and the ratios.
 
+It also measures the stored form alone, in this process: the conversion every produce pays (Kafka
+batches: CRC check, decode, Arrow batch) and every fetch pays (Arrow batch to a Kafka batch), against
+the file append that storing Kafka's batches as they came would cost instead.
+
     .venv/bin/python bench/kafka.py [--records 200000] [--value-bytes 200] [--smoke]
 """
 
@@ -142,6 +146,39 @@ def cluster_with_kafka() -> Iterator[tuple[str, str]]:
             running.stop()
 
 
+def conversions(keys: list[bytes], values: list[bytes]) -> tuple[float, float, float]:
+    """Seconds to turn the records' Kafka batches into Fluss Arrow batches and back, and the ratio of
+    the stored sizes (Arrow / Kafka)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    from strom.server.kafka.records import (
+        decode_producer_batch,
+        split_batches,
+        to_fluss_batch,
+        to_kafka_batches,
+    )
+
+    arrow_schema = TOPIC_SCHEMA.to_arrow_schema()
+    kafka_batches = []
+    for first in range(0, len(keys), 500):  # about what a producer sends per partition and request
+        builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+        for i in range(first, min(len(keys), first + 500)):
+            builder.append(i - first, 0, keys[i], values[i], [("h", b"v")])
+        kafka_batches.append(bytes(builder.build()))
+    start = time.perf_counter()
+    stored = [
+        to_fluss_batch(decode_producer_batch(view, arrow_schema), 1)
+        for batch in kafka_batches
+        for view in split_batches(batch)
+    ]
+    produce = time.perf_counter() - start
+    start = time.perf_counter()
+    for batch in stored:
+        to_kafka_batches(batch, arrow_schema)
+    fetch = time.perf_counter() - start
+    return produce, fetch, sum(map(len, stored)) / sum(map(len, kafka_batches))
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--records", type=int, default=200_000)
@@ -155,7 +192,11 @@ def main() -> None:
         consume = kafka_consume(kafka_bootstrap, count)
         write, read = asyncio.run(pyfluss_run(fluss_bootstrap, keys, values))
     reference = file_append(keys, values)
+    to_arrow, to_kafka, size_ratio = conversions(keys, values)
+    print(f"stored size: Arrow / Kafka batches = {size_ratio:.2f}", file=sys.stderr)
     rows = [
+        Row("produce conversion, Kafka batch -> Arrow", mb / to_arrow, mb / reference, "MB/s", "file append"),
+        Row("fetch conversion, Arrow -> Kafka batch", mb / to_kafka, mb / reference, "MB/s", "file append"),
         Row("produce, confluent-kafka -> Strom (Kafka)", mb / produce, mb / write, "MB/s", "pyfluss append"),
         Row("consume, Strom (Kafka) -> confluent-kafka", mb / consume, mb / read, "MB/s", "pyfluss read"),
         Row("produce, confluent-kafka -> Strom (Kafka)", mb / produce, mb / reference, "MB/s", "file append"),

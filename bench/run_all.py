@@ -24,6 +24,7 @@ BENCHMARKS = [
     "tiering",
     "spark_read",
     "loop_stalls",
+    "kafka",
 ]
 
 
