@@ -45,7 +45,6 @@ def kafka_produce(bootstrap: str, keys: list[bytes], values: list[bytes]) -> flo
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic("bench", PARTITIONS, 1)]).values():
         future.result(30)
-    time.sleep(1)  # leaders elected
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
