@@ -122,6 +122,8 @@ class Broker:
         }
         self.groups = GroupCoordinator()
         self.offsets = OffsetsStore(context.log_service, lambda: _context(Session(peer="kafka-groups")))
+        self._replica_index: dict[tuple[str, int], Replica] = {}  # (topic, partition) -> replica
+        self._topic_tables: set[tuple[int, int]] = set()  # (table id, schema id) with the topic schema
         self._loaded: dict[str, int] = {}  # group id -> the offsets bucket's leader epoch it was read in
 
     # ---- ApiVersions
@@ -265,19 +267,33 @@ class Broker:
 
     def _leader(self, topic: str, partition: int) -> Replica:
         """The replica this server leads for a topic partition, or the Fluss error to answer."""
-        for replica in self.context.replicas.replicas.values():
-            if (
-                replica.database == self.context.database
-                and replica.table == topic
-                and replica.bucket.bucket == partition
-                and replica.bucket.partition_id is None
-            ):
-                if not is_topic_schema(replica.table_info.schema) or not _is_plain_log_info(replica):
-                    raise InvalidConfigError(f"table {self.context.database}.{topic} is not a Kafka topic")
-                return self.context.replicas.leader_replica(replica.bucket)
-        raise NotLeaderOrFollowerError(
-            f"server {self.context.server_id} holds no replica of {topic}-{partition}"
-        )
+        hosted = self.context.replicas.replicas
+        replica = self._replica_index.get((topic, partition))
+        if replica is None or hosted.get(replica.bucket) is not replica:
+            # not seen yet, or the replica was replaced or stopped: look again (once, not per request)
+            replica = next(
+                (
+                    r
+                    for r in hosted.values()
+                    if r.database == self.context.database
+                    and r.table == topic
+                    and r.bucket.bucket == partition
+                    and r.bucket.partition_id is None
+                ),
+                None,
+            )
+            if replica is None:
+                self._replica_index.pop((topic, partition), None)
+                raise NotLeaderOrFollowerError(
+                    f"server {self.context.server_id} holds no replica of {topic}-{partition}"
+                )
+            self._replica_index[(topic, partition)] = replica
+        shape = (replica.bucket.table_id, replica.table_info.schema_id)
+        if shape not in self._topic_tables:
+            if not is_topic_schema(replica.table_info.schema) or not _is_plain_log_info(replica):
+                raise InvalidConfigError(f"table {self.context.database}.{topic} is not a Kafka topic")
+            self._topic_tables.add(shape)
+        return self.context.replicas.leader_replica(replica.bucket)
 
     # ---- Fetch
 
