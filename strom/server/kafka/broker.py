@@ -71,6 +71,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_COMMIT: (2, 7),
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.LIST_GROUPS: (0, 2),
+    ApiKey.DESCRIBE_GROUPS: (0, 4),
 }
 _GROUP_KEY = 0  # FindCoordinator key type of a consumer group (1 is a transactional id)
 _TOPIC_RESOURCE = 2
@@ -119,6 +120,7 @@ class Broker:
             ApiKey.OFFSET_COMMIT: self.offset_commit,
             ApiKey.OFFSET_FETCH: self.offset_fetch,
             ApiKey.LIST_GROUPS: self.list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.describe_groups,
         }
         self.groups = GroupCoordinator()
         self.offsets = OffsetsStore(context.log_service, lambda: _context(Session(peer="kafka-groups")))
@@ -695,6 +697,42 @@ class Broker:
                 continue  # coordinated elsewhere now
             mine.append({"group_id": group.group_id, "protocol_type": group.protocol_type or ""})
         return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
+
+    async def describe_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        described = []
+        for group_id in request.groups:
+            entry: dict[str, Any] = {
+                "error_code": kafka.NONE,
+                "group_id": group_id,
+                "group_state": "Dead",
+                "protocol_type": "",
+                "protocol_data": "",
+                "members": [],
+            }
+            try:
+                await self._coordinate(group_id)
+            except GroupError as e:
+                described.append({**entry, "error_code": e.code})
+                continue
+            group = self.groups.groups.get(group_id)
+            if group is not None:
+                entry.update(
+                    group_state=group.state.value,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=group.protocol_name or "",
+                    members=[
+                        {
+                            "member_id": m.member_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": dict(m.protocols).get(group.protocol_name or "", b""),
+                            "member_assignment": m.assignment,
+                        }
+                        for m in group.members.values()
+                    ],
+                )
+            described.append(entry)
+        return {"throttle_time": 0, "groups": described}
 
     # ---- CreateTopics / DeleteTopics
 
