@@ -25,6 +25,7 @@ BENCHMARKS = [
     "lake_compaction",
     "spark_read",
     "loop_stalls",
+    "kafka",
 ]
 
 

@@ -873,8 +873,20 @@ KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
     "kafka.enabled",
     bool,
     False,
-    "Whether to serve the Kafka protocol. Strom does not: a server with kafka.enabled: true refuses to "
-    "start.",
+    "Whether tablet servers also serve the Kafka protocol, on the listeners named by "
+    "kafka.listener.names (see docs/kafka.md).",
+)
+KAFKA_LISTENER_NAMES: ConfigOption[list[str]] = ConfigOption(
+    "kafka.listener.names",
+    list,
+    ["KAFKA"],
+    "The listeners of bind.listeners that speak the Kafka protocol when kafka.enabled is true.",
+)
+KAFKA_DATABASE: ConfigOption[str] = ConfigOption(
+    "kafka.database",
+    str,
+    "kafka",
+    "The database whose log tables are Kafka topics.",
 )
 
 SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
@@ -958,6 +970,8 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,
+        KAFKA_LISTENER_NAMES,
+        KAFKA_DATABASE,
     ]
 )
 

@@ -47,6 +47,7 @@ class ServerProcess:
     log_path: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     metrics_address: str | None = None  # host:port of its Prometheus endpoint, when it serves one
+    kafka_address: str | None = None  # host:port of its Kafka listener, when it serves one
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -12,8 +14,22 @@ from strom.security.layer import SecurityLayer
 from strom.security.listeners import ListenerSettings, format_endpoints
 
 
+class ListenerServer(Protocol):
+    """A listener that speaks another protocol than Fluss's (the Kafka listener)."""
+
+    @property
+    def port(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class ListenerGroup:
-    """The sockets of one server process. `port` is the internal listener's (what peers use)."""
+    """The sockets of one server process. `port` is the internal listener's (what peers use).
+
+    `others` serve the listeners, by name, that do not speak Fluss; they are started, advertised and
+    closed with the rest."""
 
     def __init__(
         self,
@@ -25,10 +41,12 @@ class ListenerGroup:
         limits: RpcLimits,
         security: SecurityLayer,
         observer: RequestObserver | None = None,
+        others: Mapping[str, ListenerServer] | None = None,
     ) -> None:
         self.listeners = listeners
         self.security = security
-        self.servers = {
+        others = others or {}
+        self.servers: dict[str, Any] = {
             endpoint.listener: RpcServer(
                 name=name,
                 host=endpoint.host,
@@ -41,7 +59,9 @@ class ListenerGroup:
                 observer=observer,
             )
             for endpoint in listeners.bind
+            if endpoint.listener not in others
         }
+        self.servers.update(others)
 
     async def start(self) -> None:
         for server in self.servers.values():

@@ -45,8 +45,9 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
-from strom.security.listeners import ListenerSettings, endpoint_on
+from strom.security.listeners import ListenerSettings, endpoint_map, endpoint_on, format_endpoints
 from strom.server.dynamic_config import DYNAMIC, DynamicConfig
+from strom.server.kafka import KAFKA_METRIC_NAMES, BrokerContext, kafka_listener_names, kafka_listeners
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
@@ -260,14 +261,33 @@ class TabletServer:
                 ApiKey.DESCRIBE_REPLICAS: self._describe_replicas,
             }
         )
+        limits = RpcLimits.from_config(self.config)
+        observer = RequestMetrics(self.metrics, KAFKA_METRIC_NAMES)
+        self.kafka_listener_names = kafka_listener_names(self.config, listeners)
         self.rpc = ListenerGroup(
             name=f"tablet server {server_id}",
             listeners=listeners,
             handlers=handlers,
             server_type=ServerType.TABLET_SERVER,
-            limits=RpcLimits.from_config(self.config),
+            limits=limits,
             security=self.security,
-            observer=RequestMetrics(self.metrics),
+            observer=observer,
+            # the one place the Kafka protocol joins the tablet server
+            others=kafka_listeners(
+                f"tablet server {server_id}",
+                listeners,
+                self.kafka_listener_names,
+                BrokerContext(
+                    server_id=server_id,
+                    database=self.config.get(options.KAFKA_DATABASE),
+                    replicas=self.replica_manager,
+                    log_service=self.log_service,
+                    coordinator=self._pass_on,
+                    brokers=self._kafka_brokers,
+                ),
+                limits,
+                observer,
+            ),
         )
         self.acl_sync = (
             AclSync(
@@ -919,6 +939,21 @@ class TabletServer:
             rack=self.config.get_optional(options.TABLET_SERVER_RACK),
             unclean_shutdown=self.clean_shutdown.unclean,
         )
+
+    def _kafka_brokers(self) -> dict[int, tuple[str, int]]:
+        """Every live tablet server's Kafka address (by the first Kafka listener it advertises)."""
+        found: dict[int, tuple[str, int]] = {}
+        listeners = dict(self._server_listeners)
+        listeners[self.server_id] = format_endpoints(self.rpc.listeners.advertised)
+        for node_id, text in listeners.items():
+            if node_id != self.server_id and node_id not in self.live_servers:
+                continue
+            endpoints = endpoint_map(text)
+            for name in self.kafka_listener_names:
+                if name in endpoints:
+                    found[node_id] = endpoints[name]
+                    break
+        return found
 
     def _table_path(self, table_id: int) -> TablePath | None:
         info = self._table_infos.get(table_id)

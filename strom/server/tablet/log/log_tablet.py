@@ -329,7 +329,9 @@ class LogTablet:
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
-        duplicate = self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=True)
+        duplicate = self._writers.validate(
+            ((h.writer_id, h.batch_sequence, h.last_offset_delta + 1) for _, h in batches), leader=True
+        )
         if duplicate is not None:
             return AppendResult(
                 duplicate.first_offset,
@@ -392,7 +394,9 @@ class LogTablet:
             expected = h.base_offset + h.last_offset_delta + 1
             max_ts = max(max_ts, h.commit_timestamp)
             record_count += h.record_count
-        self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=False)
+        self._writers.validate(
+            ((h.writer_id, h.batch_sequence, h.last_offset_delta + 1) for _, h in batches), leader=False
+        )
         first = batches[0][1].base_offset
         self._append(records, placements, first, expected)
         self._max_timestamp = max(self._max_timestamp, max_ts)
