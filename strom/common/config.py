@@ -562,8 +562,9 @@ TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
     "tablet-server.rack",
     str,
     None,
-    "Rack of this tablet server: registered with the coordinator and shown by DescribeCluster / strom "
-    "status (replica placement does not use it yet).",
+    "Rack of this tablet server. When every tablet server has one, new buckets never keep two replicas "
+    "in one rack while racks allow it (a warning says when they cannot), and rebalance honours it with "
+    "the RACK_AWARE goal.",
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
 # without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
