@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -111,8 +112,10 @@ class RpcServer:
         listener: str = "FLUSS",
         guard: RequestGuard | None = None,
         observer: RequestObserver | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
+        self.tls = tls  # the listener speaks TLS (SSL / SASL_SSL)
         self.host = host
         self._port = port
         self.handlers = dict(handlers)
@@ -158,9 +161,21 @@ class RpcServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self._port, reuse_address=True
+            lambda: _Connection(self),
+            self.host,
+            self._port,
+            reuse_address=True,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.limits.frame_timeout if self.tls is not None else None,
         )
-        log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
+        log.info(
+            "%s listening on %s:%d (listener %s%s)",
+            self.name,
+            self.host,
+            self.port,
+            self.listener,
+            ", TLS" if self.tls is not None else "",
+        )
         self._sweeper = supervise(self._sweep, name=f"{self.name} idle connections")
 
     async def _sweep(self) -> None:

@@ -57,6 +57,7 @@ class ListenerGroup:
                 listener=endpoint.listener,
                 guard=security,
                 observer=observer,
+                tls=security.settings.tls_for(endpoint.listener),
             )
             for endpoint in listeners.bind
             if endpoint.listener not in others

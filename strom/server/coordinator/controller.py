@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -18,6 +17,7 @@ from strom.common.errors import (
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
 )
+from strom.common.placement import ServerLocation, place_replicas
 from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor
@@ -44,9 +44,14 @@ LEADERS_FIRST_TIMEOUT = 1.0
 
 
 def assign_replicas(
-    table_id: int, partition_id: int | None, bucket_count: int, replication_factor: int, live: list[int]
+    table_id: int,
+    partition_id: int | None,
+    bucket_count: int,
+    replication_factor: int,
+    live: Sequence[ServerLocation],
 ) -> list[BucketAssignment]:
-    """Spread replicas round-robin over the live servers from a random start, first replica leads."""
+    """Replicas of new buckets spread over racks and hosts, then evenly over the live servers
+    (`strom.common.placement`); the first replica leads. What the layout cannot guarantee is logged."""
     if replication_factor < 1:
         raise InvalidReplicationFactorError(
             f"replication factor must be at least 1, got {replication_factor}"
@@ -56,16 +61,23 @@ def assign_replicas(
             f"replication factor {replication_factor} is larger than the number of available tablet "
             f"servers ({len(live)})"
         )
-    servers = sorted(live)
-    start = random.randrange(len(servers))
-    assignments = []
-    for bucket in range(bucket_count):
-        first = (start + bucket) % len(servers)
-        replicas = tuple(servers[(first + i) % len(servers)] for i in range(replication_factor))
-        assignments.append(
-            BucketAssignment(table_id, partition_id, bucket, replicas, replicas[0], 0, replicas, 0)
-        )
-    return assignments
+    placed = place_replicas(bucket_count, replication_factor, live)
+    for warning in placed.warnings:
+        _warn_once(warning)
+    return [
+        BucketAssignment(table_id, partition_id, bucket, replicas, replicas[0], 0, replicas, 0)
+        for bucket, replicas in enumerate(placed.replicas)
+    ]
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(warning: str) -> None:
+    """A layout that cannot separate replicas is said once per coordinator, not at every new table."""
+    if warning not in _warned:
+        _warned.add(warning)
+        log.warning("replica placement: %s", warning)
 
 
 class Controller:

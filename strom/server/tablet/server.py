@@ -155,7 +155,7 @@ class TabletServer:
         # advertised listeners of the coordinator and the tablet servers, for Metadata answered here
         self._coordinator_listeners: str | None = None
         self._server_listeners: dict[int, str] = {}
-        self.pool = ConnectionPool(sasl=security.internal_login)
+        self.pool = ConnectionPool(sasl=security.internal_login, tls=security.internal_tls)
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
         self.metrics = Metrics("tabletserver")
         self.metrics_server: MetricsServer | None = None
