@@ -17,8 +17,8 @@ PENDING_TABLET_BYTES or its changelog PENDING_MAX_LOG_RECORDS, or a snapshot of 
 while every pending tablet together holds more than `pending_budget_bytes`, a request for a pending
 tablet waits for its database, which goes to the front of the queue. So 2,048 new buckets take their
 first writes without 2,048 database creations (each 30-70 ms, with rocksdict holding the GIL: it
-stalls the event loop too). The periodic snapshot round skips pending tablets: their changelog,
-short by construction, is their durable copy.
+stalls the event loop too). A snapshot (the periodic round included) of a pending tablet that holds
+changes creates its database first: the creations move from the first write to the snapshot round.
 
 Every tablet's RocksDB shares the server's block cache and write-buffer budget (shared_rocksdb.py).
 A tablet that had no write for `kv.rocksdb.idle-flush.interval` flushes its memtables
@@ -511,6 +511,8 @@ class KvManager:
         snapshot is already running, or nothing changed since the last one (unless `force`)."""
         entry = self._tablets.get(bucket)
         if entry is not None and entry.kv.is_pending:
+            if not force and entry.kv.flushed_offset == 0:
+                return None  # nothing written: no database needed yet
             await self._wait_for_db(entry)  # a snapshot is of the database: it comes first
             if self._tablets.get(bucket) is not entry:
                 return None
@@ -578,9 +580,7 @@ class KvManager:
     async def snapshot_all(self) -> list[CompletedSnapshot]:
         """One snapshot round over every open tablet; failures are logged, not raised."""
         done: list[CompletedSnapshot] = []
-        for bucket, entry in list(self._tablets.items()):
-            if entry.kv.is_pending:
-                continue  # no database yet; its short changelog is its durable copy
+        for bucket in list(self._tablets):
             try:
                 snapshot = await self.snapshot(bucket)
             except Exception:
