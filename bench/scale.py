@@ -28,7 +28,6 @@ import os
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -316,4 +315,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    sys.exit(main())
+    main()
