@@ -833,6 +833,26 @@ LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
     "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
 )
+COORDINATOR_PRODUCER_OFFSETS_TTL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.ttl",
+    timedelta,
+    timedelta(hours=24),
+    "How long registered producer offsets (RegisterProducerOffsets) live when the request sets no TTL; "
+    "expired ones are removed by the coordinator.",
+)
+COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.cleanup-interval",
+    timedelta,
+    timedelta(hours=1),
+    "How often the coordinator removes expired producer offsets.",
+)
+SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.dynamic-config.refresh-interval",
+    timedelta,
+    timedelta(seconds=5),
+    "(Strom) How often a tablet server reads the cluster's dynamic configs (AlterClusterConfigs) from "
+    "the coordinator and applies what changed (Fluss watches a ZooKeeper node instead).",
+)
 METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
     "metrics.reporters",
     list,
@@ -929,6 +949,9 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
         LAKE_TIERING_JOB_TIMEOUT,
+        COORDINATOR_PRODUCER_OFFSETS_TTL,
+        COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL,
+        SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL,
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,
