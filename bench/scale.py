@@ -301,6 +301,7 @@ def main() -> None:
     p.add_argument("--metadata-requests", type=int, default=200)
     p.add_argument("--session-timeout", type=int, default=10, help="tablet-server.session.timeout, s")
     p.add_argument("--wait", type=float, default=300, help="longest wait for the restart or failover, s")
+    p.add_argument("--keep", action="store_true", help="keep the data directory (the coordinator's log)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument(
         "--smoke", action="store_true", help="the smallest run: it shows the benchmark still works"
@@ -317,7 +318,10 @@ def main() -> None:
     try:
         figures = asyncio.run(run(args, data_dir))
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if args.keep:
+            print(f"data directory kept: {data_dir}")
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
     if args.json:
         print(json.dumps({"simulated_servers": args.simulated_servers, "buckets": args.buckets, **figures}))
 
