@@ -356,9 +356,10 @@ def tiering(
 @click.option("--tablet-servers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--lake-format",
-    type=click.Choice(["iceberg", "paimon", "none"]),
+    type=click.Choice(["iceberg", "paimon", "lance", "delta", "none"]),
     default=None,
-    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, or none "
+    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, lance (log "
+    "tables only), delta, or none "
     "(the default with --no-tiering: new tables get no lake format). --config datalake.format=... wins.",
 )
 @click.option(

@@ -394,6 +394,8 @@ class DataLakeFormat(enum.StrEnum):
     LANCE = "lance"
     ICEBERG = "iceberg"
     HUDI = "hudi"
+    # Strom's own: no Fluss release tiers to Delta Lake.
+    DELTA = "delta"
 
 
 class NoKeyAssigner(enum.StrEnum):
@@ -824,7 +826,8 @@ DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "datalake.format",
     DataLakeFormat,
     None,
-    "The cluster's lake format (paimon or iceberg); datalake.<format>.* options configure its catalog.",
+    "The cluster's lake format (iceberg, paimon, lance or delta); datalake.<format>.* options configure "
+    "its catalog or warehouse.",
 )
 LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "lake.tiering.job-timeout",

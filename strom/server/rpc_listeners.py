@@ -7,7 +7,7 @@ import asyncio
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.limits import RpcLimits
-from strom.rpc.server import Handler, RequestObserver, RpcServer
+from strom.rpc.server import Handler, Refusal, RequestObserver, RpcServer
 from strom.security.layer import SecurityLayer
 from strom.security.listeners import ListenerSettings, format_endpoints
 
@@ -48,6 +48,15 @@ class ListenerGroup:
             await server.start()
         # listeners bound to port 0 advertise the port they got
         self.listeners = self.listeners.with_bound_ports({n: s.port for n, s in self.servers.items()})
+
+    async def drain(self, refusal: Refusal, grace_s: float, finish: frozenset[ApiKey]) -> int:
+        """Every listener drains at once (RpcServer.drain); how many requests outlived the grace."""
+        servers = self.servers.values()
+        return sum(await asyncio.gather(*(server.drain(refusal, grace_s, finish) for server in servers)))
+
+    async def quiet(self, quiet_s: float, max_s: float) -> None:
+        """Until no listener refused a request for `quiet_s` (RpcServer.quiet), at most `max_s`."""
+        await asyncio.gather(*(server.quiet(quiet_s, max_s) for server in self.servers.values()))
 
     async def close(self) -> None:
         await asyncio.gather(*(server.close() for server in self.servers.values()))

@@ -26,6 +26,7 @@ from strom.common.errors import (
     FlussError,
     LakeSnapshotNotExistError,
     LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
     UnknownTableOrBucketError,
 )
 from strom.common.schema import Schema
@@ -86,6 +87,44 @@ FORWARDED_TO_COORDINATOR = (
     ApiKey.GET_LATEST_KV_SNAPSHOTS,
     ApiKey.GET_KV_SNAPSHOT_METADATA,
 )
+
+
+# How long a graceful stop lets running requests finish: an acks=all write needs one follower fetch
+# (log.replica.fetch.wait-max-time, 500 ms by default, returns early on new data) to be acknowledged.
+STOP_GRACE_S = 2.0
+# then, once leadership moved, until clients stopped coming (each refused one asks for new metadata)
+STOP_QUIET_S = 0.3
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+
+# Requests about the data of a bucket this server hosts. While it stops they are refused with
+# NOT_LEADER_OR_FOLLOWER, which Fluss clients (pyfluss included) answer by refreshing their metadata and
+# retrying, as after a leader change; the rest (metadata, admin calls passed on to the coordinator,
+# writer ids) are still served, as they do not depend on this server's replicas.
+_BUCKET_DATA_APIS = frozenset(
+    {
+        ApiKey.PRODUCE_LOG,
+        ApiKey.FETCH_LOG,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.PUT_KV,
+        ApiKey.LOOKUP,
+        ApiKey.PREFIX_LOOKUP,
+        ApiKey.LIMIT_SCAN,
+        ApiKey.GET_TABLE_STATS,
+    }
+)
+
+
+# the requests a stop lets finish; the rest (long-polling fetches above all) are answered at the close
+_FINISH_BEFORE_STOP = _BUCKET_DATA_APIS - {ApiKey.FETCH_LOG}
+
+
+def _refuse_while_stopping(key: ApiKey, request: Any) -> FlussError | None:
+    """The refusal of a stopping tablet server (RpcServer.drain)."""
+    if key not in _BUCKET_DATA_APIS:
+        return None
+    if key == ApiKey.FETCH_LOG and request is not None and request.follower_server_id >= 0:
+        return None  # a follower's fetch: it is what acknowledges the acks=all writes still running
+    return NotLeaderOrFollowerError("the tablet server is shutting down; its buckets move to other replicas")
 
 
 class TabletServer:
@@ -284,21 +323,75 @@ class TabletServer:
             )
 
     async def stop(self) -> None:
+        """A controlled stop (SIGTERM), as Fluss's: clients are turned away with a retriable error while
+        the requests already running finish (an acks=all write still reaches its followers, whose
+        fetches are served); the coordinator moves this server's leadership; the listeners stay open
+        until the refused clients have asked for the new leaders; then everything closes, what still
+        runs answered with an error. A client is never left with a request that no one answers."""
+        began = time.monotonic()
+        unfinished = await self.rpc.drain(_refuse_while_stopping, STOP_GRACE_S, _FINISH_BEFORE_STOP)
+        drained = time.monotonic()
+        if unfinished:
+            log.warning(
+                "stopping: %d request(s) still running after %.0f s are answered with an error",
+                unfinished,
+                STOP_GRACE_S,
+            )
+        # the heartbeats end first: a session the coordinator closed must not be renewed
         await self._tasks.close()
+        await self._controlled_shutdown()
         self._stop_counting_supervision()
         if self.zookeeper is not None:
             await self.zookeeper.stop()
+        moved = time.monotonic()
+        await self.rpc.quiet(STOP_QUIET_S, STOP_GRACE_S)
+        quiet = time.monotonic()
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
         await self.kv_manager.aclose()
+        # Closing fsyncs every log and checkpoint (seconds for many replicas): blocking disk work, so in
+        # the executor like all other. Nothing else touches the replicas now: requests, fetchers and
+        # background tasks have all ended.
+        await asyncio.get_running_loop().run_in_executor(None, self._close_replicas)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        log.info(
+            "stopped in %.2f s: requests drained in %.2f s, leadership moved in %.2f s, clients gone "
+            "in %.2f s, closed in %.2f s",
+            time.monotonic() - began,
+            drained - began,
+            moved - drained,
+            quiet - moved,
+            time.monotonic() - quiet,
+        )
+
+    def _close_replicas(self) -> None:
         self.replica_manager.close()
         # only now is everything on disk: the next start may trust its replicas
         self.clean_shutdown.record()
-        if self.metrics_server is not None:
-            self.metrics_server.close()
 
     # ---- membership
+
+    async def _controlled_shutdown(self) -> None:
+        """Asks the coordinator to move this server's leadership before it stops (ControlledShutdown).
+        Without an answer the stop goes on: the coordinator then learns it from the closed port (or
+        ZooKeeper), as for a crash."""
+        if self.coordinator is None:
+            return
+        request = pb.ControlledShutdownRequest(tablet_server_id=self.server_id, tablet_server_epoch=-1)
+        try:
+            response = await self._coordinator_request(
+                ApiKey.CONTROLLED_SHUTDOWN, request, timeout=CONTROLLED_SHUTDOWN_TIMEOUT_S
+            )
+        except Exception as e:  # the stop must go on whatever the coordinator did
+            log.warning("controlled shutdown: the coordinator did not move our leadership: %s", e)
+            return
+        remaining = len(response.remaining_leader_buckets)
+        log.info(
+            "controlled shutdown: the coordinator moved our leadership%s",
+            f"; {remaining} bucket(s) have no other replica to lead them" if remaining else "",
+        )
 
     def _active_coordinator(self) -> tuple[str, int]:
         """The active coordinator's address; with ZooKeeper there may be none for a while."""
