@@ -980,42 +980,49 @@ class TabletServer:
         self, request: pb.NotifyLeaderAndIsrRequest, ctx: RequestContext
     ) -> Message:
         response = pb.NotifyLeaderAndIsrResponse()
-        for entry in request.notify_buckets_leader_req:
-            bucket = TableBucket.from_pb(entry.table_bucket)
-            result = response.notify_buckets_leader_resp.add()
-            result.table_bucket.CopyFrom(entry.table_bucket)
-            try:
-                path = entry.physical_table_path
-                table_info = await self._table_info(
-                    bucket.table_id, TablePath(path.database_name, path.table_name)
-                )
-                known = table_info.table_path
-                if (path.database_name, path.table_name) != (known.database_name, known.table_name):
-                    raise UnknownTableOrBucketError(
-                        f"table id {bucket.table_id} is '{known}', "
-                        f"not '{path.database_name}.{path.table_name}'"
-                    )
-                if not 0 <= bucket.bucket < table_info.bucket_count:
-                    raise UnknownTableOrBucketError(
-                        f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
-                    )
-                replica = await self.replica_manager.take_leadership(
-                    bucket,
-                    database=known.database_name,
-                    table=known.table_name,
-                    partition_name=path.partition_name if path.HasField("partition_name") else None,
-                    table_info=table_info,
-                    leader=entry.leader,
-                    leader_epoch=entry.leader_epoch,
-                    replicas=tuple(entry.replicas),
-                    isr=tuple(entry.isr),
-                    bucket_epoch=entry.bucket_epoch,
-                )
-                replica.schema_history = self._schema_histories.setdefault(bucket.table_id, {})
-            except FlussError as e:
-                result.error_code = e.code
-                result.error_message = e.message
+        # every bucket at once: new replicas open their files OPEN_CONCURRENCY at a time (replica_manager)
+        await asyncio.gather(
+            *(
+                self._take_leadership(entry, response.notify_buckets_leader_resp.add())
+                for entry in request.notify_buckets_leader_req
+            )
+        )
         return response
+
+    async def _take_leadership(self, entry: Any, result: Any) -> None:
+        """One bucket of a NotifyLeaderAndIsr; its outcome goes into `result`."""
+        bucket = TableBucket.from_pb(entry.table_bucket)
+        result.table_bucket.CopyFrom(entry.table_bucket)
+        try:
+            path = entry.physical_table_path
+            table_info = await self._table_info(
+                bucket.table_id, TablePath(path.database_name, path.table_name)
+            )
+            known = table_info.table_path
+            if (path.database_name, path.table_name) != (known.database_name, known.table_name):
+                raise UnknownTableOrBucketError(
+                    f"table id {bucket.table_id} is '{known}', not '{path.database_name}.{path.table_name}'"
+                )
+            if not 0 <= bucket.bucket < table_info.bucket_count:
+                raise UnknownTableOrBucketError(
+                    f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
+                )
+            replica = await self.replica_manager.take_leadership(
+                bucket,
+                database=known.database_name,
+                table=known.table_name,
+                partition_name=path.partition_name if path.HasField("partition_name") else None,
+                table_info=table_info,
+                leader=entry.leader,
+                leader_epoch=entry.leader_epoch,
+                replicas=tuple(entry.replicas),
+                isr=tuple(entry.isr),
+                bucket_epoch=entry.bucket_epoch,
+            )
+            replica.schema_history = self._schema_histories.setdefault(bucket.table_id, {})
+        except FlussError as e:
+            result.error_code = e.code
+            result.error_message = e.message
 
     async def _notify_lake_table_offset(
         self, request: pb.NotifyLakeTableOffsetRequest, ctx: RequestContext
