@@ -229,6 +229,10 @@ class ActiveCoordinator:
         supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
         supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
         supervise(self.producer_offsets.cleanup_loop, name="producer-offsets-cleanup", tasks=self._tasks)
+        # Nothing is awaited from here until the server routes requests to this coordinator, so the
+        # servers' sessions start when they can reach it (not before the pushes above, which take
+        # seconds with tens of thousands of buckets).
+        self.liveness.serving()
         log.info(
             "coordinator active (epoch %d) on %s:%d with tablet servers %s",
             self.coordinator_epoch,

@@ -60,6 +60,9 @@ class EmbeddedLiveness(Liveness):
             self.membership.remember(server)
         if self.membership.servers:
             log.info("remembered tablet servers %s from before the restart", self.membership.live_ids())
+
+    def serving(self) -> None:
+        self.membership.start_clocks()
         self._expiry = supervise(self._expiry_loop, name="session-expiry")
 
     async def stop(self) -> None:

@@ -24,6 +24,12 @@ class Liveness(ABC):
         """Fill the membership with the servers that are live now (before the coordinator serves)."""
 
     @abstractmethod
+    def serving(self) -> None:
+        """The coordinator has taken over and answers the tablet servers from now on (called once,
+        at the end of its start, with nothing awaited before it serves). Sessions judged by the
+        coordinator run from here, not from `start`: taking over may take seconds."""
+
+    @abstractmethod
     async def stop(self) -> None: ...
 
     @abstractmethod

@@ -64,6 +64,9 @@ class ZooKeeperLiveness(Liveness):
 
         ChildrenWatch(self.zk, self.paths.server_ids, watch)
 
+    def serving(self) -> None:
+        pass  # ZooKeeper keeps the servers' sessions, and they run whatever the coordinator is doing
+
     async def stop(self) -> None:
         self._stopped = True
 
