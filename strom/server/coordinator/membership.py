@@ -87,6 +87,14 @@ class Membership:
             server.last_heartbeat = now
         self.clocks_started = True
 
+    def excuse(self, seconds: float) -> None:
+        """The coordinator could not take heartbeats for `seconds` (its loop was blocked): that time
+        does not count against any session, since heartbeats sent meanwhile wait in its sockets."""
+        now = time.monotonic()
+        for server in self.servers.values():
+            # a heartbeat read in the moment since the loop woke is recent already
+            server.last_heartbeat = min(now, server.last_heartbeat + seconds)
+
     def heartbeat(self, server_id: int, session_id: int) -> bool:
         server = self.servers.get(server_id)
         if server is None or server.session_id != session_id:
