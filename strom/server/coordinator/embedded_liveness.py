@@ -129,12 +129,15 @@ class EmbeddedLiveness(Liveness):
         interval = min(1.0, self.membership.session_timeout / 4)
         while True:
             await asyncio.sleep(interval)
-            # Woken this late, the loop was blocked (a long synchronous step, the GIL held elsewhere):
-            # heartbeats could not be read either, and are waiting to be; the stall is not theirs.
+            # Woken this late, the loop polled no socket meanwhile (a long synchronous step, one pass
+            # over thousands of ready callbacks, the GIL held elsewhere): heartbeats sent then are
+            # still waiting to be read, and the stall is not theirs.
             now = time.monotonic()
             stalled, self._awake_at = now - self._awake_at - interval, now
             if stalled > interval:
-                log.warning("coordinator loop blocked for %.1fs: tablet-server sessions extended", stalled)
+                log.warning(
+                    "coordinator loop ran %.1fs late: tablet-server sessions extended by as much", stalled
+                )
                 self.membership.excuse(stalled)
                 continue  # read the heartbeats that waited before judging anybody
             expired = self.membership.expire()

@@ -88,7 +88,7 @@ class Membership:
         self.clocks_started = True
 
     def excuse(self, seconds: float) -> None:
-        """The coordinator could not take heartbeats for `seconds` (its loop was blocked): that time
+        """The coordinator could not read heartbeats for `seconds` (its loop was stuck): that time
         does not count against any session, since heartbeats sent meanwhile wait in its sockets."""
         now = time.monotonic()
         for server in self.servers.values():
