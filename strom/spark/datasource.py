@@ -60,6 +60,10 @@ def check_read_schema(table: TableInfo, options: ReadOptions, schema: StructType
         )
 
 
+# The Python name behind the JVM glue's ``fluss`` (FlussSource.PYTHON_NAME in strom/spark/java).
+PYTHON_NAME = "strom_fluss"
+
+
 class FlussDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -152,3 +156,12 @@ class FlussDataSource(DataSource):
         return FlussStreamArrowWriter(
             self.connection, self.table_info(), WriteOptions.parse(self.options), schema, overwrite
         )
+
+
+class JvmBackedFlussDataSource(FlussDataSource):
+    """The same source under the name Strom's JVM glue looks for (strom.spark.jvm): Spark refuses a
+    Python data source named like a JVM one, and with the glue ``fluss`` is the JVM class."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME
