@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+# The catalog `session()` sets up when its cluster is given (spark.sql.catalog.fluss.bootstrap.servers).
+CATALOG_KEY = "spark.sql.catalog.fluss"
+CATALOG_CLASS = "strom.spark.FlussCatalog"
+BOOTSTRAP_SERVERS = "bootstrap.servers"
 # A class of the glue jar, to check that the driver can load it.
 GLUE_CLASS = "strom.spark.FlussSource"
 
@@ -136,8 +140,11 @@ def register(spark: SparkSession) -> SparkSession:
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
     if has_sql_glue(spark):
+        from strom.spark.catalog import install
+
         # ``fluss`` is the glue's JVM class, which hands the work to this Python source
         spark.dataSource.register(JvmBackedFlussDataSource)
+        install(spark)
     else:
         spark.dataSource.register(FlussDataSource)
         from strom.spark.jvm import JAR
@@ -177,6 +184,8 @@ def session(app: str = "strom", master: str | None = None, **conf: Any) -> Spark
     if not submitted:
         # spark-submit's JVM runs already; its users pass --driver-class-path (docs/spark.md)
         settings = with_sql_glue(settings)
+    if f"{CATALOG_KEY}.{BOOTSTRAP_SERVERS}" in settings:
+        settings.setdefault(CATALOG_KEY, CATALOG_CLASS)
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, str(value))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import fluss
 import pyarrow as pa
 from fluss_helpers import create_table, lookup_all, unique
-from harness import Cluster
+from harness import Cluster, run_pyfluss
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
 
@@ -46,3 +47,60 @@ def test_using_fluss_tables_and_views_read_their_options_and_the_latest_data(
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
         spark.sql(f"DROP VIEW IF EXISTS {view}")
+
+
+def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
+    spark: Any, shared_cluster: Cluster
+) -> None:
+    bootstrap = shared_cluster.bootstrap
+    catalog, db = unique("fl"), unique("shop")
+    spark.conf.set(f"spark.sql.catalog.{catalog}", "strom.spark.FlussCatalog")
+    spark.conf.set(f"spark.sql.catalog.{catalog}.bootstrap.servers", bootstrap)
+
+    def sql(statement: str) -> list[tuple[Any, ...]]:
+        return [tuple(r) for r in spark.sql(statement.replace("CAT", catalog).replace("DB", db)).collect()]
+
+    sql("CREATE DATABASE CAT.DB COMMENT 'orders and such'")
+    assert (db,) in sql("SHOW NAMESPACES IN CAT")
+    sql(
+        "CREATE TABLE CAT.DB.orders (id BIGINT, item STRING, amount DOUBLE) "
+        "TBLPROPERTIES ('primary.key' = 'id', 'bucket.num' = '4', 'table.log.ttl' = '3d')"
+    )
+    sql("CREATE TABLE CAT.DB.events (id BIGINT, region STRING) PARTITIONED BY (region)")
+    assert sorted(t[1] for t in sql("SHOW TABLES IN CAT.DB")) == ["events", "orders"]
+    described = {row[0]: row[1] for row in sql("DESCRIBE TABLE EXTENDED CAT.DB.orders")}
+    for prop in ("primary.key=id", "bucket.num=4", "table.log.ttl=3d"):
+        assert prop in described["Table Properties"]
+    assert [r[0] for r in sql("DESCRIBE TABLE CAT.DB.events")][-1] == "region"  # the partition column
+
+    # INSERT upserts by key; every query sees what the statements before it wrote
+    sql("INSERT INTO CAT.DB.orders VALUES (1, 'cup', 2.5), (2, 'pen', 1.0)")
+    assert sql("SELECT id, item, amount FROM CAT.DB.orders ORDER BY id") == [(1, "cup", 2.5), (2, "pen", 1.0)]
+    sql("INSERT INTO CAT.DB.orders SELECT id + 2, concat(item, '!'), amount * 2 FROM CAT.DB.orders")
+    sql("INSERT INTO CAT.DB.orders VALUES (1, 'mug', 3.0)")
+    assert sql("SELECT id, item FROM CAT.DB.orders WHERE amount > 2.6 ORDER BY id") == [
+        (1, "mug"),
+        (3, "cup!"),
+    ]
+
+    sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
+    sql("INSERT INTO CAT.DB.orders VALUES (5, 'ink', 0.5, 'blue')")
+    assert sql("SELECT count(*), count(note) FROM CAT.DB.orders") == [(5, 1)]
+    changes = sql("SELECT _change_type, count(*) FROM CAT.DB.`orders$changelog` GROUP BY 1 ORDER BY 1")
+    assert changes == [("insert", 5), ("update_after", 1), ("update_before", 1)]
+
+    # pyfluss finds the same rows
+    async def lookup(connection: Any) -> list[Any]:
+        table = await connection.get_table(fluss.TablePath(db, "orders"))
+        lookuper = table.new_lookup().create_lookuper()
+        return [await lookuper.lookup({"id": i}) for i in (1, 5)]
+
+    assert run_pyfluss(bootstrap, lookup) == [
+        {"id": 1, "item": "mug", "amount": 3.0, "note": None},
+        {"id": 5, "item": "ink", "amount": 0.5, "note": "blue"},
+    ]
+
+    sql("DROP TABLE CAT.DB.orders")
+    assert [t[1] for t in sql("SHOW TABLES IN CAT.DB")] == ["events"]
+    sql("DROP DATABASE CAT.DB CASCADE")
+    assert (db,) not in sql("SHOW NAMESPACES IN CAT")

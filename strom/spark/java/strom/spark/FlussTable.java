@@ -1,9 +1,11 @@
 package strom.spark;
 
 import java.util.HashMap;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
 
+import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
@@ -19,26 +21,53 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 public class FlussTable extends PythonTable {
   private final String shortName;
   private final StructType schema;
+  // What the data source gets with every scan and write.
   private final Map<String, String> properties;
+  private final Transform[] partitioning;
+  // What DESCRIBE shows (a catalog table's Fluss properties; never the connection's options).
+  private final Map<String, String> shown;
 
   public FlussTable(String shortName, StructType schema, Map<String, String> properties) {
+    this(shortName, schema, properties, new Transform[0], Map.of());
+  }
+
+  public FlussTable(
+      String shortName,
+      StructType schema,
+      Map<String, String> properties,
+      Transform[] partitioning,
+      Map<String, String> shown) {
     super(FlussSource.fresh(shortName), shortName, schema);
     this.shortName = shortName;
     this.schema = schema;
     this.properties = new HashMap<>(properties);
+    this.partitioning = partitioning;
+    this.shown = shown;
   }
 
   @Override
   public Map<String, String> properties() {
-    return properties;
+    return shown;
+  }
+
+  @Override
+  public Transform[] partitioning() {
+    return partitioning;
   }
 
   /** The table's properties, overridden by the statement's own options. */
   private CaseInsensitiveStringMap merged(Map<String, String> options) {
-    Map<String, String> all = new HashMap<>(properties);
-    all.putAll(options);
+    Map<String, String> all = new HashMap<>();
+    // Pushed filters are safe by default here: every scan has a Python source of its own, so no
+    // query can inherit another's pruned plan (the reason DataFrames need the option).
+    all.put(FILTER_PUSHDOWN, "true");
+    // Spark's option names are case-insensitive: one spelling per option, the statement's last.
+    properties.forEach((k, v) -> all.put(k.toLowerCase(Locale.ROOT), v));
+    options.forEach((k, v) -> all.put(k.toLowerCase(Locale.ROOT), v));
     return new CaseInsensitiveStringMap(all);
   }
+
+  private static final String FILTER_PUSHDOWN = "scan.filter-pushdown";
 
   private PythonTable planned() {
     return new PythonTable(FlussSource.fresh(shortName), shortName, schema);
