@@ -3,6 +3,7 @@ One Spark session for all checks; pyfluss is the reference for what landed in Fl
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import fluss
@@ -82,6 +83,12 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
         (1, "mug"),
         (3, "cup!"),
     ]
+
+    # only the columns the query needs are read (the server-side projection)
+    query = spark.sql(f"SELECT item FROM {catalog}.{db}.orders WHERE amount > 2.6")
+    assert re.search(
+        r"BatchScan \S+\[item#\d+, amount#\d+\]", query._jdf.queryExecution().executedPlan().toString()
+    )
 
     sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
     sql("INSERT INTO CAT.DB.orders VALUES (5, 'ink', 0.5, 'blue')")

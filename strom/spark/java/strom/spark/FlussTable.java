@@ -75,7 +75,10 @@ public class FlussTable extends PythonTable {
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-    return planned().newScanBuilder(merged(options.asCaseSensitiveMap()));
+    CaseInsensitiveStringMap all = merged(options.asCaseSensitiveMap());
+    // Virtual tables ($changelog, $binlog) build their rows from every column: no pruning.
+    boolean prunable = !all.getOrDefault("table", "").contains("$");
+    return new FlussScanBuilder(shortName, schema, all, prunable);
   }
 
   @Override
