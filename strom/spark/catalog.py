@@ -21,6 +21,8 @@ from strom.common.errors import (
     DatabaseNotEmptyError,
     DatabaseNotExistError,
     FlussError,
+    PartitionAlreadyExistsError,
+    PartitionNotExistError,
     TableAlreadyExistError,
     TableNotExistError,
 )
@@ -125,6 +127,8 @@ class CatalogBackend:
             return _error("NO_SUCH_TABLE", str(e))
         except TableAlreadyExistError as e:
             return _error("TABLE_EXISTS", str(e))
+        except PartitionAlreadyExistsError as e:
+            return _error("PARTITION_EXISTS", str(e))
         except (FlussError, ValueError, SparkOptionError) as e:
             return _error("INVALID", f"{type(e).__name__}: {e}")
         except Exception as e:  # reaches Spark as the statement's error, and the driver's log
@@ -143,6 +147,9 @@ class CatalogBackend:
             "create_table": self._create_table,
             "alter_table": self._alter_table,
             "drop_table": self._drop_table,
+            "list_partitions": self._list_partitions,
+            "create_partition": self._create_partition,
+            "drop_partition": self._drop_partition,
         }
 
     def _database_info(self, options: dict[str, str], args: dict[str, Any]) -> dict[str, str]:
@@ -200,6 +207,25 @@ class CatalogBackend:
         try:
             _admin(options, lambda ad: ad.drop_table(path))
         except TableNotExistError:
+            return False
+        return True
+
+
+    def _list_partitions(self, options: dict[str, str], args: dict[str, Any]) -> list[dict[str, str]]:
+        path = TablePath(args["database"], args["table"])
+        spec = args.get("spec") or None
+        infos = _admin(options, lambda ad: ad.list_partition_infos(path, spec))
+        return [dict(info.spec) for info in infos]
+
+    def _create_partition(self, options: dict[str, str], args: dict[str, Any]) -> None:
+        path = TablePath(args["database"], args["table"])
+        _admin(options, lambda ad: ad.create_partition(path, args["spec"]))
+
+    def _drop_partition(self, options: dict[str, str], args: dict[str, Any]) -> bool:
+        path = TablePath(args["database"], args["table"])
+        try:
+            _admin(options, lambda ad: ad.drop_partition(path, args["spec"]))
+        except PartitionNotExistError:
             return False
         return True
 

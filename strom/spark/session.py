@@ -112,9 +112,14 @@ def with_sql_glue(conf: Mapping[str, Any]) -> dict[str, Any]:
 
     Only the driver needs it: SQL resolves tables and catalogs there, and executors run the Python
     data source through Spark's own classes."""
-    from strom.spark.jvm import ensure_jar
+    from strom.spark.jvm import JvmBuildError, ensure_jar
 
-    jar = str(ensure_jar())
+    try:
+        jar = str(ensure_jar())
+    except JvmBuildError as e:
+        # A JRE without javac still runs DataFrames; `register` warns that SQL lacks its glue.
+        log.warning("Spark SQL over Fluss is unavailable: %s", e)
+        return dict(conf)
     existing = [p for p in str(conf.get(DRIVER_CLASS_PATH) or "").split(os.pathsep) if p]
     return {**conf, DRIVER_CLASS_PATH: os.pathsep.join([*existing, jar] if jar not in existing else existing)}
 

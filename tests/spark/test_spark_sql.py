@@ -107,6 +107,15 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
         {"id": 5, "item": "ink", "amount": 0.5, "note": "blue"},
     ]
 
+    # partitions: added, listed, written, pruned, dropped
+    sql("ALTER TABLE CAT.DB.events ADD PARTITION (region = 'eu')")
+    sql("ALTER TABLE CAT.DB.events ADD PARTITION (region = 'us')")
+    assert sql("SHOW PARTITIONS CAT.DB.events") == [("region=eu",), ("region=us",)]
+    sql("INSERT INTO CAT.DB.events VALUES (1, 'eu'), (2, 'us'), (3, 'eu')")
+    assert sql("SELECT count(*) FROM CAT.DB.events WHERE region = 'eu'") == [(2,)]
+    sql("ALTER TABLE CAT.DB.events DROP PARTITION (region = 'us')")
+    assert sql("SHOW PARTITIONS CAT.DB.events") == [("region=eu",)]
+
     sql("DROP TABLE CAT.DB.orders")
     assert [t[1] for t in sql("SHOW TABLES IN CAT.DB")] == ["events"]
     sql("DROP DATABASE CAT.DB CASCADE")

@@ -26,6 +26,7 @@ import org.apache.spark.sql.connector.expressions.Expressions;
 import org.apache.spark.sql.connector.expressions.IdentityTransform;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
@@ -66,7 +67,7 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
 
   // ------------------------------------------------------------------ calls into Python
 
-  private JsonNode call(String operation, Object... keyValues) {
+  JsonNode call(String operation, Object... keyValues) {
     FlussCatalogBackend python = backend;
     if (python == null) {
       throw new IllegalStateException(
@@ -249,12 +250,19 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
     // and the table.
     Map<String, String> sourceOptions = new HashMap<>(options);
     sourceOptions.put("table", db + "." + ident.name());
-    return new FlussTable(
+    FlussTable loaded = new FlussTable(
         FlussSource.PYTHON_NAME,
         schema,
         sourceOptions,
         partitioning.toArray(new Transform[0]),
         stringMap(table.get("properties")));
+    List<StructField> partitionFields = new ArrayList<>();
+    for (String key : strings(table.get("partition_keys"))) {
+      partitionFields.add(schema.apply(key));
+    }
+    loaded.managePartitions(
+        new FlussPartitions(this, ident, new StructType(partitionFields.toArray(new StructField[0]))));
+    return loaded;
   }
 
   @Override

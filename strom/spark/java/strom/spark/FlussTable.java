@@ -5,6 +5,8 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
 
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.catalog.SupportsPartitionManagement;
 import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
@@ -18,7 +20,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * Python data source with every scan and write, and every scan plans anew, so each query reads
  * up to the offsets that are latest when it starts.
  */
-public class FlussTable extends PythonTable {
+public class FlussTable extends PythonTable implements SupportsPartitionManagement {
   private final String shortName;
   private final StructType schema;
   // What the data source gets with every scan and write.
@@ -53,6 +55,55 @@ public class FlussTable extends PythonTable {
   @Override
   public Transform[] partitioning() {
     return partitioning;
+  }
+
+  // Catalog tables manage their partitions through the catalog; USING tables have none to manage.
+  private FlussPartitions partitions;
+
+  void managePartitions(FlussPartitions partitions) {
+    this.partitions = partitions;
+  }
+
+  private FlussPartitions partitions() {
+    if (partitions == null) {
+      throw new UnsupportedOperationException(
+          "Partitions of a USING fluss table are managed in Fluss (strom, the client), or use a "
+              + "Fluss catalog (strom.spark.FlussCatalog).");
+    }
+    return partitions;
+  }
+
+  @Override
+  public StructType partitionSchema() {
+    return partitions == null ? new StructType() : partitions.schema();
+  }
+
+  @Override
+  public void createPartition(InternalRow ident, Map<String, String> properties) {
+    if (!properties.isEmpty()) {
+      throw new UnsupportedOperationException("Fluss partitions have no properties: " + properties);
+    }
+    partitions().create(ident);
+  }
+
+  @Override
+  public boolean dropPartition(InternalRow ident) {
+    return partitions().drop(ident);
+  }
+
+  @Override
+  public void replacePartitionMetadata(InternalRow ident, Map<String, String> properties) {
+    throw new UnsupportedOperationException("Fluss partitions have no properties.");
+  }
+
+  @Override
+  public Map<String, String> loadPartitionMetadata(InternalRow ident) {
+    return Map.of();
+  }
+
+  @Override
+  public InternalRow[] listPartitionIdentifiers(String[] names, InternalRow ident) {
+    return partitions().list(names, ident);
   }
 
   /** The table's properties, overridden by the statement's own options. */
