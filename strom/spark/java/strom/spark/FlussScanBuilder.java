@@ -1,6 +1,10 @@
 package strom.spark;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
 
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
@@ -70,11 +74,22 @@ final class FlussScanBuilder
 
   @Override
   public Scan build() {
-    boolean pruned = !Arrays.equals(required.fieldNames(), schema.fieldNames());
+    boolean pruned = required.fields().length < schema.fields().length;
     if (!pruned) {
       return (filtered != null ? filtered : builder(schema)).build();
     }
-    PythonScanBuilder narrow = builder(required);
+    // Spark checks pushed filters against the reader's schema: keep the columns they name.
+    Set<String> keep = new HashSet<>(Arrays.asList(required.fieldNames()));
+    for (Filter filter : all) {
+      keep.addAll(Arrays.asList(filter.references()));
+    }
+    List<StructField> fields = new ArrayList<>();
+    for (StructField field : schema.fields()) {
+      if (keep.contains(field.name())) {
+        fields.add(field);
+      }
+    }
+    PythonScanBuilder narrow = builder(new StructType(fields.toArray(new StructField[0])));
     if (all.length > 0) {
       narrow.pushFilters(all);
       if (!Arrays.equals(narrow.pushedFilters(), pushed)) {
