@@ -22,6 +22,7 @@ BENCHMARKS = [
     "pk_upsert",
     "lookup",
     "tiering",
+    "lake_compaction",
     "spark_read",
     "loop_stalls",
 ]

@@ -394,6 +394,8 @@ class DataLakeFormat(enum.StrEnum):
     LANCE = "lance"
     ICEBERG = "iceberg"
     HUDI = "hudi"
+    # Strom's own: no Fluss release tiers to Delta Lake.
+    DELTA = "delta"
 
 
 class NoKeyAssigner(enum.StrEnum):
@@ -824,7 +826,8 @@ DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "datalake.format",
     DataLakeFormat,
     None,
-    "The cluster's lake format (paimon or iceberg); datalake.<format>.* options configure its catalog.",
+    "The cluster's lake format (iceberg, paimon, lance or delta); datalake.<format>.* options configure "
+    "its catalog or warehouse.",
 )
 LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "lake.tiering.job-timeout",
@@ -832,6 +835,26 @@ LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=2),
     "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
     "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
+)
+COORDINATOR_PRODUCER_OFFSETS_TTL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.ttl",
+    timedelta,
+    timedelta(hours=24),
+    "How long registered producer offsets (RegisterProducerOffsets) live when the request sets no TTL; "
+    "expired ones are removed by the coordinator.",
+)
+COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.cleanup-interval",
+    timedelta,
+    timedelta(hours=1),
+    "How often the coordinator removes expired producer offsets.",
+)
+SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.dynamic-config.refresh-interval",
+    timedelta,
+    timedelta(seconds=5),
+    "(Strom) How often a tablet server reads the cluster's dynamic configs (AlterClusterConfigs) from "
+    "the coordinator and applies what changed (Fluss watches a ZooKeeper node instead).",
 )
 METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
     "metrics.reporters",
@@ -929,6 +952,9 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
         LAKE_TIERING_JOB_TIMEOUT,
+        COORDINATOR_PRODUCER_OFFSETS_TTL,
+        COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL,
+        SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL,
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,

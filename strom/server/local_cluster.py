@@ -146,6 +146,9 @@ def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
             "datalake.iceberg.uri": f"sqlite:///{lake / 'iceberg_catalog.db'}",
             "datalake.iceberg.warehouse": f"file://{lake / 'iceberg'}",
         }
+    if lake_format in ("lance", "delta"):
+        # path-based formats: table db.t lives under <warehouse>/db/ (cluster.json names the warehouse)
+        return {"datalake.format": lake_format, f"datalake.{lake_format}.warehouse": str(lake / lake_format)}
     return {
         "datalake.format": "paimon",
         "datalake.paimon.metastore": "filesystem",
@@ -172,7 +175,7 @@ class LocalClusterSettings:
     host: str = "127.0.0.1"
     port: int = 9123
     tablet_servers: int = 1
-    lake_format: str | None = None  # iceberg, paimon, none; None: decided by `tiering`
+    lake_format: str | None = None  # iceberg, paimon, lance, delta, none; None: decided by `tiering`
     tiering: bool = True
     tiering_runner: str = "spark"
     spark_master: str = "local"

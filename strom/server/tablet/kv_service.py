@@ -22,6 +22,7 @@ from strom.common.errors import (
     CorruptRecordError,
     FlussError,
     InvalidRequiredAcksError,
+    InvalidTableError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
     UnknownServerError,
@@ -37,7 +38,7 @@ from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import AppendResult
-from strom.server.tablet.log_service import LogService, first_schema_id
+from strom.server.tablet.log_service import LogService, earliest_offset, first_schema_id
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -274,6 +275,38 @@ class KvService:
             except Exception as e:
                 del result.value_lists[:]
                 _set_error(result, _unexpected(bucket, "PrefixLookup", e))
+        return response
+
+    async def get_table_stats(
+        self, request: pb.GetTableStatsRequest, ctx: RequestContext
+    ) -> pb.GetTableStatsResponse:
+        """GetTableStats (Fluss 1.0) for the buckets this server leads: a primary-key table's live
+        keys (the KV tablet's row count), a log table's records from the earliest readable offset
+        (remote storage included) to the high watermark. Errors are per bucket."""
+        response = pb.GetTableStatsResponse()
+        for entry in request.buckets_req:
+            partition = entry.partition_id if entry.HasField("partition_id") else None
+            bucket = TableBucket(request.table_id, partition, entry.bucket_id)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if partition is not None:
+                result.partition_id = partition
+            try:
+                replica = self.replicas.leader_replica(bucket)
+                if replica.table_info.has_primary_key:
+                    _, kv = await self._leader_kv(bucket, ctx.api_version)
+                    if kv.row_count is None:
+                        raise InvalidTableError(
+                            f"Row count is disabled for table '{replica.table_info.table_path}': its "
+                            "changelog image is WAL, which does not keep it. Set "
+                            "'table.changelog.image' to FULL to have it."
+                        )
+                    result.row_count = kv.row_count
+                else:
+                    result.row_count = replica.log_tablet().high_watermark - earliest_offset(replica)
+            except FlussError as e:
+                _set_error(result, e)
+            except Exception as e:
+                _set_error(result, _unexpected(bucket, "GetTableStats", e))
         return response
 
     async def limit_scan(self, request: pb.LimitScanRequest, ctx: RequestContext) -> pb.LimitScanResponse:

@@ -45,6 +45,7 @@ from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
 from strom.security.listeners import ListenerSettings, endpoint_on
+from strom.server.dynamic_config import DYNAMIC, DynamicConfig
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
@@ -167,6 +168,9 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
+        self.dynamic_config = DynamicConfig(self.config)
+        self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
+        self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
         remote_root = remote_data_dir(self.config)
         self.remote_logs = (
             RemoteLogManager(
@@ -208,6 +212,7 @@ class TabletServer:
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
+                ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
@@ -269,10 +274,9 @@ class TabletServer:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
             remote_logs = self.remote_logs
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
-        snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
-        supervise(
-            lambda: self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots", tasks=self._tasks
-        )
+        self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
+        supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
             supervise(
@@ -520,7 +524,9 @@ class TabletServer:
         response = await self._coordinator_request(ApiKey.ALLOCATE_AUTO_INCREMENT_IDS, request, timeout=10)
         return int(response.start)
 
-    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
+    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> frozenset[int]:
+        """Commit a snapshot to the coordinator; returns the snapshot ids of the bucket the coordinator
+        still lists (the retained ones and those a reader leased), which retention must keep."""
         await self._coordinator_request(
             ApiKey.COMMIT_KV_SNAPSHOT,
             pb.CommitKvSnapshotRequest(
@@ -529,6 +535,12 @@ class TabletServer:
                 bucket_leader_epoch=leader_epoch,
             ),
         )
+        bucket = snapshot.bucket
+        listing = pb.ListKvSnapshotsRequest(table_id=bucket.table_id)
+        if bucket.partition_id is not None:
+            listing.partition_id = bucket.partition_id
+        listed = await self._coordinator_request(ApiKey.LIST_KV_SNAPSHOTS, listing)
+        return frozenset(s.snapshot_id for s in listed.active_snapshots if s.bucket_id == bucket.bucket)
 
     # ---- in-sync replicas
 
@@ -717,6 +729,40 @@ class TabletServer:
                     kv.use_schemas(history)  # with the ids this server skipped over, if any
 
     # ---- handlers
+
+    # ---- dynamic cluster configs (AlterClusterConfigs on the coordinator)
+
+    def _set_min_isr(self, value: int) -> None:
+        self.log_service.min_in_sync_replicas = value or 1
+        self.kv_service.min_in_sync_replicas = value or 1
+
+    def _set_snapshot_interval(self, value: Any) -> None:
+        self.kv_manager.snapshot_interval = value.total_seconds()
+
+    async def _dynamic_config_loop(self) -> None:
+        """Read the cluster's dynamic configs from the coordinator and apply what changed. A failed
+        read is logged and retried on the next round; the values stay as they were meanwhile."""
+        interval = self.config.get(options.SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL).total_seconds()
+        failing = False
+        while True:
+            try:
+                response = await self._pass_on(
+                    ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest()
+                )
+            except (FlussError, OSError) as e:
+                if not failing:  # once per outage, not every round
+                    log.info(
+                        "could not read the dynamic cluster configs (retrying every %.1f s): %s", interval, e
+                    )
+                failing = True
+            else:
+                if failing:
+                    log.info("read the dynamic cluster configs again")
+                failing = False
+                self.dynamic_config.update(
+                    {c.config_key: c.config_value for c in response.configs if c.config_source == DYNAMIC}
+                )
+            await asyncio.sleep(interval)
 
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
         return await self._pass_on(_KEY_BY_REQUEST_TYPE[type(request)], request)

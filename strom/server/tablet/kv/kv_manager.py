@@ -57,7 +57,8 @@ KV_DIR = "kv"  # <replica dir>/kv/{db, snapshots}
 IDLE_FLUSH_MIN_BYTES = 1 << 20
 
 # Called with each uploaded snapshot and the leader epoch it was taken under (CommitKvSnapshot).
-CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[None]]
+# commits a snapshot; answers the snapshot ids of the bucket that must survive retention (leased ones)
+CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[frozenset[int] | None]]
 
 
 _Restored = tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]
@@ -103,6 +104,7 @@ class KvManager:
         self.server_id = server_id
         self.remote_data_dir = remote_data_dir
         self.snapshot_num_retained = snapshot_num_retained
+        self.snapshot_interval = 600.0  # kv.snapshot.interval in seconds, set by the server
         self.rocksdb = rocksdb or SharedRocksDb()
         if open_concurrency < 1:
             raise InvalidConfigError(f"kv.open.concurrency must be at least 1, not {open_concurrency}")
@@ -332,8 +334,8 @@ class KvManager:
         if self.commit_snapshot is not None:
             commit_fn = self.commit_snapshot
 
-            async def commit(completed: CompletedSnapshot) -> None:
-                await commit_fn(completed, epoch)
+            async def commit(completed: CompletedSnapshot) -> frozenset[int] | None:
+                return await commit_fn(completed, epoch)
 
         started = time.monotonic()
         completed = await snapshotter.snapshot(entry.kv, self.executor, commit)
@@ -394,10 +396,11 @@ class KvManager:
                 done.append(snapshot)
         return done
 
-    async def run_snapshots(self, interval_s: float) -> None:
-        """Snapshot every open tablet every `interval_s` seconds (`kv.snapshot.interval`), forever."""
+    async def run_snapshots(self) -> None:
+        """Snapshot every open tablet every `snapshot_interval` seconds (`kv.snapshot.interval`, which
+        a dynamic cluster config may change between rounds), forever."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.snapshot_interval)
             await self.snapshot_all()
 
     # ---- closing -----------------------------------------------------------------------------
