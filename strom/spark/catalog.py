@@ -255,7 +255,7 @@ def install(spark: Any) -> None:
 
     global _backend
     context = spark.sparkContext
-    ensure_callback_server_started(context._gateway)
+    ensure_callback_server_started(context._gateway)  # type: ignore[no-untyped-call]
     if _backend is None:
         _backend = CatalogBackend()  # kept here: the JVM holds only a proxy to it
     context._jvm.strom.spark.FlussCatalog.setBackend(_backend)
