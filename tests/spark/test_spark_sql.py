@@ -46,6 +46,7 @@ def test_using_fluss_tables_and_views_read_their_options_and_the_latest_data(
         assert count(spark, table) == 3
         # A loaded DataFrame keeps the cut it took when it was loaded (docs/spark.md).
         assert frame.count() == 2
+        assert spark.table(table).count() == 3  # a DataFrame of the table gets its options too
     finally:
         spark.sql(f"DROP TABLE IF EXISTS {table}")
         spark.sql(f"DROP VIEW IF EXISTS {view}")

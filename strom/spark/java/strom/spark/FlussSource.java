@@ -18,8 +18,9 @@ import org.apache.spark.sql.types.StructType;
  * answers every query with the offsets it read when it was created. Tables made here carry their
  * properties into every scan and write, and plan each scan afresh.
  *
- * DataFrames (spark.read/readStream/write/writeStream) keep Spark's wrapper unchanged: a loaded
- * DataFrame reads the cut taken when it was loaded, as documented.
+ * DataFrames (spark.read/readStream/write/writeStream, spark.table) keep Spark's behaviour: one
+ * Python source per DataFrame, so a loaded DataFrame reads the cut taken when it was loaded, as
+ * documented.
  */
 public class FlussSource extends PythonDataSourceV2 implements DataSourceRegister {
   public static final String NAME = "fluss";
@@ -42,7 +43,8 @@ public class FlussSource extends PythonDataSourceV2 implements DataSourceRegiste
   @Override
   public Table getTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
     if (calledByDataFrameApi()) {
-      return super.getTable(schema, partitioning, properties);
+      // Also spark.table("t") of a USING fluss table: its properties are needed there too.
+      return FlussTable.pinned(this, PYTHON_NAME, schema, properties);
     }
     return new FlussTable(PYTHON_NAME, schema, properties);
   }

@@ -11,6 +11,7 @@ import org.apache.spark.sql.connector.expressions.Transform;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonTable;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -29,8 +30,18 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
   // What DESCRIBE shows (a catalog table's Fluss properties; never the connection's options).
   private final Map<String, String> shown;
 
+  // DataFrames: the one source the DataFrame was loaded with, which keeps its cut (null: SQL, a
+  // fresh source per scan).
+  private final PythonDataSourceV2 pinned;
+
   public FlussTable(String shortName, StructType schema, Map<String, String> properties) {
-    this(shortName, schema, properties, new Transform[0], Map.of());
+    this(shortName, schema, properties, new Transform[0], Map.of(), null);
+  }
+
+  /** A table read through one source, as a loaded DataFrame is (see FlussSource.getTable). */
+  static FlussTable pinned(
+      PythonDataSourceV2 source, String shortName, StructType schema, Map<String, String> properties) {
+    return new FlussTable(shortName, schema, properties, new Transform[0], Map.of(), source);
   }
 
   public FlussTable(
@@ -39,7 +50,18 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
       Map<String, String> properties,
       Transform[] partitioning,
       Map<String, String> shown) {
-    super(FlussSource.fresh(shortName), shortName, schema);
+    this(shortName, schema, properties, partitioning, shown, null);
+  }
+
+  public FlussTable(
+      String shortName,
+      StructType schema,
+      Map<String, String> properties,
+      Transform[] partitioning,
+      Map<String, String> shown,
+      PythonDataSourceV2 pinned) {
+    super(pinned != null ? pinned : FlussSource.fresh(shortName), shortName, schema);
+    this.pinned = pinned;
     this.shortName = shortName;
     this.schema = schema;
     this.properties = new HashMap<>(properties);
@@ -109,9 +131,11 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
   /** The table's properties, overridden by the statement's own options. */
   private CaseInsensitiveStringMap merged(Map<String, String> options) {
     Map<String, String> all = new HashMap<>();
-    // Pushed filters are safe by default here: every scan has a Python source of its own, so no
-    // query can inherit another's pruned plan (the reason DataFrames need the option).
-    all.put(FILTER_PUSHDOWN, "true");
+    if (pinned == null) {
+      // Pushed filters are safe by default here: every scan has a Python source of its own, so no
+      // query can inherit another's pruned plan (the reason DataFrames need the option).
+      all.put(FILTER_PUSHDOWN, "true");
+    }
     // Spark's option names are case-insensitive: one spelling per option, the statement's last.
     properties.forEach((k, v) -> all.put(k.toLowerCase(Locale.ROOT), v));
     options.forEach((k, v) -> all.put(k.toLowerCase(Locale.ROOT), v));
@@ -121,12 +145,15 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
   private static final String FILTER_PUSHDOWN = "scan.filter-pushdown";
 
   private PythonTable planned() {
-    return new PythonTable(FlussSource.fresh(shortName), shortName, schema);
+    return new PythonTable(pinned != null ? pinned : FlussSource.fresh(shortName), shortName, schema);
   }
 
   @Override
   public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
     CaseInsensitiveStringMap all = merged(options.asCaseSensitiveMap());
+    if (pinned != null) {
+      return planned().newScanBuilder(all);
+    }
     // Virtual tables ($changelog, $binlog) build their rows from every column: no pruning.
     boolean prunable = !all.getOrDefault("table", "").contains("$");
     return new FlussScanBuilder(shortName, schema, all, prunable);
