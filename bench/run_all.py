@@ -26,6 +26,7 @@ BENCHMARKS = [
     "spark_read",
     "spark_sql",
     "loop_stalls",
+    "kafka",
 ]
 
 

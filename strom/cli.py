@@ -469,6 +469,8 @@ def local(
 def _print_ready(console: Any, cluster: Any) -> None:
     data_dir = cluster.data_dir
     console.print(f"Strom cluster ready. bootstrap.servers = [bold]{cluster.bootstrap}[/bold]")
+    if cluster.kafka_bootstrap is not None:
+        console.print(f"Kafka clients: bootstrap.servers = [bold]{cluster.kafka_bootstrap}[/bold]")
     if cluster.zookeeper is not None:
         zk = cluster.zookeeper
         console.print(f"  zookeeper: {zk.address} (pid {zk.pid}), data in {zk.data_dir}")

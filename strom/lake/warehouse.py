@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
-import fsspec
-
 from strom.common.errors import InvalidConfigError, InvalidTableError
+from strom.common.file_io import load_file_io
 from strom.common.table_descriptor import TableInfo
 from strom.common.types import DataType
 from strom.lake.system_columns import SYSTEM_COLUMN_NAMES
@@ -57,9 +56,9 @@ class Warehouse:
 def delete_files(uris: list[str], storage_options: Mapping[str, str]) -> None:
     """Delete files (local paths or object-store URIs); missing ones are fine."""
     for uri in uris:
-        fs, path = fsspec.core.url_to_fs(uri, **dict(storage_options))
-        if fs.exists(path):
-            fs.rm(path)
+        io = load_file_io(uri, storage_options)
+        if io.fs.exists(io.path):
+            io.fs.rm(io.path)
 
 
 def check_user_columns(info: TableInfo, lake_format: str, unsupported: tuple[str, ...] = ()) -> None:

@@ -13,6 +13,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from strom.common.errors import InvalidTableError, LakeTableAlreadyExistError
+from strom.common.file_io import load_file_io
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import TablePath
 from strom.lake.interface import LakeCatalog
@@ -131,8 +132,7 @@ class DeltaLakeCatalog(LakeCatalog):
         # A path-based Delta table is its directory: dropping it always deletes its files.
         if not self.table_exists(table_path):
             return False
-        import fsspec
 
-        fs, root = fsspec.core.url_to_fs(self.uri(table_path), **self.warehouse.storage_options)
+        fs, root = load_file_io(self.uri(table_path), self.warehouse.storage_options).parts()
         fs.rm(root, recursive=True)
         return True

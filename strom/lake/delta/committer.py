@@ -19,13 +19,13 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, RemoveAction
 
+from strom.common.file_io import load_file_io
 from strom.common.partition import parse_partition_name
 from strom.common.table_descriptor import TableInfo
 from strom.lake.commit_checks import (
@@ -144,7 +144,7 @@ class DeltaLakeCommitter(LakeCommitter):
         options = self._catalog.warehouse.storage_options
         parts = []
         for f in staged:
-            fs, path = fsspec.core.url_to_fs(f.uri, **options)
+            fs, path = load_file_io(f.uri, options).parts()
             parts.append(pq.read_table(path, filesystem=fs))
         changes = pa.concat_tables(parts)
         columns = {name: f"s.`{name}`" for name in target.names}

@@ -19,12 +19,12 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from strom.common.file_io import load_file_io
 from strom.common.partition import parse_partition_name
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
@@ -111,7 +111,7 @@ class DeltaLakeWriter(SplitWriter):
         self._primary_key = list(table_info.primary_key) if table_info.has_primary_key else []
         self._deletes: list[pa.Array] = []
         self._staged: DeltaFile | None = None
-        self._fs, _ = fsspec.core.url_to_fs(self._root, **catalog.warehouse.storage_options)
+        self._fs, _ = load_file_io(self._root, catalog.warehouse.storage_options).parts()
 
     def _lake_rows(
         self,
@@ -165,7 +165,7 @@ class DeltaLakeWriter(SplitWriter):
         rows = rows.take(last.column(f"{position}_max")).drop_columns([position])
         name = f"_strom_staging/part-{uuid.uuid4()}.parquet"
         uri = f"{self._root}/{name}"
-        _, path = fsspec.core.url_to_fs(uri, **self._catalog.warehouse.storage_options)
+        _, path = load_file_io(uri, self._catalog.warehouse.storage_options).parts()
         self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         pq.write_table(rows, path, filesystem=self._fs)
         self._staged = DeltaFile(
@@ -181,7 +181,7 @@ class DeltaLakeWriter(SplitWriter):
         name = f"part-{uuid.uuid4()}.parquet"
         relative = f"{directory}/{name}" if directory else name
         uri = f"{self._root}/{relative}"
-        _, path = fsspec.core.url_to_fs(uri, **self._catalog.warehouse.storage_options)
+        _, path = load_file_io(uri, self._catalog.warehouse.storage_options).parts()
         self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         pq.write_table(rows, path, filesystem=self._fs)
         stats = {

@@ -95,6 +95,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.CANCEL_REBALANCE: lambda c: c.rebalance.cancel,
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
+    ApiKey.CONTROLLED_SHUTDOWN: lambda c: c.controlled_shutdown,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
     ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.acquire,
     ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.release,
@@ -286,6 +287,27 @@ class ActiveCoordinator:
         ids = {s.server_id for s in servers}
         await self.controller.on_servers_dead(ids, moved=leave if still_listed else None)
         await self.liveness.forget(servers)
+
+    async def controlled_shutdown(
+        self, request: pb.ControlledShutdownRequest, ctx: RequestContext
+    ) -> pb.ControlledShutdownResponse:
+        """A tablet server about to stop (SIGTERM) asks for its leadership to move now, while it still
+        answers its clients (with NOT_LEADER_OR_FOLLOWER, so they ask for the new leaders), instead of
+        when its port closes or its session lapses, after which clients can only find out by retrying.
+        It leaves the membership as a dead server would; its next start registers it again. The answer
+        lists the buckets it still leads: those with no other replica to lead them."""
+        server_id = request.tablet_server_id
+        server = self.membership.servers.get(server_id)
+        if server is not None:
+            log.info("tablet server %d is shutting down: moving its leadership", server_id)
+            await self.servers_dead([server], still_listed=True)
+        response = pb.ControlledShutdownResponse()
+        for a in self.store.list_buckets():
+            if a.leader == server_id:
+                bucket = response.remaining_leader_buckets.add(table_id=a.table_id, bucket_id=a.bucket_id)
+                if a.partition_id is not None:
+                    bucket.partition_id = a.partition_id
+        return response
 
     async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
         # The server stays listed until its leadership has moved: the store write takes a moment now

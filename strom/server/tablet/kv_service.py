@@ -38,7 +38,12 @@ from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import AppendResult
-from strom.server.tablet.log_service import LogService, earliest_offset, first_schema_id
+from strom.server.tablet.log_service import (
+    LogService,
+    acknowledge_when_durable,
+    earliest_offset,
+    first_schema_id,
+)
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -113,6 +118,7 @@ class KvService:
         target_columns = list(request.target_columns) or None
         response = pb.PutKvResponse()
         waits: list[tuple[pb.PbPutKvRespForBucket, Replica, int]] = []
+        syncs: list[tuple[pb.PbPutKvRespForBucket, AppendResult]] = []
         # Taken before this handler's first await, so in arrival order; released before waiting for
         # the replicas, which need not keep the order.
         async with _append_order(ctx):
@@ -141,6 +147,8 @@ class KvService:
                         traffic.produced(replica.database, replica.table, len(entry.records), records)
                     end = appended.last_offset + 1
                     result.log_end_offset = end
+                    if appended.durable is not None:
+                        syncs.append((result, appended))
                     if request.acks == -1:
                         waits.append((result, replica, end))
                 except FlussError as e:
@@ -159,6 +167,7 @@ class KvService:
                 if error is not None:
                     result.ClearField("log_end_offset")
                     _set_error(result, error)
+        await acknowledge_when_durable(syncs, "log_end_offset")
         return response
 
     async def _append(

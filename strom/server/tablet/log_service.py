@@ -50,6 +50,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.rpc.wire_fields import length_delimited
 from strom.server.tablet.fetch_response import encode_fetch_response
+from strom.server.tablet.log.log_tablet import AppendResult, wait_durable
 from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -168,6 +169,7 @@ class LogService:
             raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
         response = pb.ProduceLogResponse()
         waits: list[tuple[pb.PbProduceLogRespForBucket, Replica, int]] = []
+        syncs: list[tuple[pb.PbProduceLogRespForBucket, AppendResult]] = []
         views = _records_views(ctx.body, len(request.buckets_req))
         newest = max(
             (
@@ -206,6 +208,8 @@ class LogService:
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
+                if appended.durable is not None:
+                    syncs.append((result, appended))
                 if request.acks == -1:
                     waits.append((result, replica, appended.last_offset + 1))
             except FlussError as e:
@@ -221,6 +225,7 @@ class LogService:
                 if error is not None:
                     result.ClearField("base_offset")
                     _set_error(result, error)
+        await acknowledge_when_durable(syncs, "base_offset")
         return response
 
     async def learn_newer_schema(self, table_id: int, entries: Iterable[Any], schema_id: int) -> None:
@@ -616,3 +621,15 @@ def wake(waiters: Iterable[asyncio.Future[None]]) -> None:
     for waiter in waiters:
         if not waiter.done():
             waiter.set_result(None)
+
+
+async def acknowledge_when_durable(syncs: list[tuple[Any, AppendResult]], offset_field: str) -> None:
+    """With log.flush.interval-messages: a write is answered once the fsync its append started is
+    done (off the event loop); a failed fsync fails it."""
+    for result, appended in syncs:
+        try:
+            await wait_durable(appended)
+        except FlussError as e:
+            if not result.HasField("error_code") or result.error_code == 0:
+                result.ClearField(offset_field)
+                _set_error(result, e)
