@@ -210,7 +210,6 @@ class CatalogBackend:
             return False
         return True
 
-
     def _list_partitions(self, options: dict[str, str], args: dict[str, Any]) -> list[dict[str, str]]:
         path = TablePath(args["database"], args["table"])
         spec = args.get("spec") or None
