@@ -7,6 +7,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Strom's Spark SQL glue (strom/spark/jvm.py): compiled with the JDK against pyspark's jars.
+GLUE_JAR := strom/spark/java/strom-spark.jar
+GLUE_SOURCES := $(shell find strom/spark/java -type f ! -name '*.jar' ! -name '*.tmp')
 
 .PHONY: run test lint proto bench clean zookeeper fuse
 
@@ -15,16 +18,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+$(GLUE_JAR): $(STAMP) $(GLUE_SOURCES)
+	$(BIN)/python -m strom.spark.jvm
+
 zookeeper:
 	scripts/install_zookeeper.sh
 
 fuse:
 	scripts/install_fuse.sh
 
-run: $(STAMP) $(if $(findstring --zookeeper,$(ARGS)),zookeeper)
+run: $(STAMP) $(GLUE_JAR) $(if $(findstring --zookeeper,$(ARGS)),zookeeper)
 	$(BIN)/strom local $(ARGS)
 
-test: $(STAMP) zookeeper fuse
+test: $(STAMP) $(GLUE_JAR) zookeeper fuse
 	$(BIN)/ruff check strom tests scripts bench
 	$(BIN)/mypy
 	$(BIN)/mypy tests/lake  # a run of its own: its conftest and tests/spark's share a module name

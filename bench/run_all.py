@@ -24,6 +24,7 @@ BENCHMARKS = [
     "tiering",
     "lake_compaction",
     "spark_read",
+    "spark_sql",
     "loop_stalls",
     "kafka",
 ]

@@ -3,7 +3,7 @@
 # `make test` calls it: the power-cut file system of the fault tests (tests/faults/lazyfs.py) needs it.
 set -euo pipefail
 
-if ldconfig -p 2>/dev/null | grep -q 'libfuse3\.so\.3 ' && command -v fusermount3 >/dev/null 2>&1; then
+if ldconfig -p 2>/dev/null | grep 'libfuse3\.so\.3 ' >/dev/null && command -v fusermount3 >/dev/null 2>&1; then
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -60,6 +60,10 @@ def check_read_schema(table: TableInfo, options: ReadOptions, schema: StructType
         )
 
 
+# The Python name behind the JVM glue's ``fluss`` (FlussSource.PYTHON_NAME in strom/spark/java).
+PYTHON_NAME = "strom_fluss"
+
+
 class FlussDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -83,20 +87,26 @@ class FlussDataSource(DataSource):
             self._table = bridge.table_info(self.connection)
         return self._table
 
-    def schema(self) -> StructType:
-        from strom.spark.batch_reader import plan_ranges
-
+    def declared_schema(self) -> StructType:
+        """The table's columns as these options read them (virtual tables, extra columns)."""
         read, table = ReadOptions.parse(self._base_options), self.table_info()
         if self._virtual is not None:
             self._virtual.check(table)
+            return self._virtual.schema(table)
+        return spark_schema(table.schema, extra=extra_fields(read))
+
+    def schema(self) -> StructType:
+        from strom.spark.batch_reader import plan_ranges
+
+        schema = self.declared_schema()
         try:
-            self._pinned = plan_ranges(self.connection, table, read)
+            self._pinned = plan_ranges(
+                self.connection, self.table_info(), ReadOptions.parse(self._base_options)
+            )
         except Exception:
             # Streams need no batch plan, and a batch read plans again and reports the error.
             self._pinned = None
-        if self._virtual is not None:
-            return self._virtual.schema(table)
-        return spark_schema(table.schema, extra=extra_fields(read))
+        return schema
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from strom.spark.batch_reader import FlussBatchReader, FlussPushdownReader
@@ -152,3 +162,12 @@ class FlussDataSource(DataSource):
         return FlussStreamArrowWriter(
             self.connection, self.table_info(), WriteOptions.parse(self.options), schema, overwrite
         )
+
+
+class JvmBackedFlussDataSource(FlussDataSource):
+    """The same source under the name Strom's JVM glue looks for (strom.spark.jvm): Spark refuses a
+    Python data source named like a JVM one, and with the glue ``fluss`` is the JVM class."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME

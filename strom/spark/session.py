@@ -8,6 +8,7 @@ a reader that implements ``pushFilters`` fails without it.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -19,6 +20,16 @@ from strom.spark.shipping import add_package, with_package
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
+# The catalog `session()` sets up when its cluster is given (spark.sql.catalog.fluss.bootstrap.servers).
+CATALOG_KEY = "spark.sql.catalog.fluss"
+CATALOG_CLASS = "strom.spark.FlussCatalog"
+BOOTSTRAP_SERVERS = "bootstrap.servers"
+# A class of the glue jar, to check that the driver can load it.
+GLUE_CLASS = "strom.spark.FlussSource"
 
 # What the data source itself needs on any session.
 REQUIRED_CONF = {"spark.sql.python.filterPushdown.enabled": "true"}
@@ -96,13 +107,61 @@ def submitted_master() -> str | None:
     return SparkConf().get("spark.master", None)
 
 
+def with_sql_glue(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """`conf` with Strom's JVM glue (strom.spark.jvm) on the driver's class path, built if missing.
+
+    Only the driver needs it: SQL resolves tables and catalogs there, and executors run the Python
+    data source through Spark's own classes."""
+    from strom.spark.jvm import JvmBuildError, ensure_jar
+
+    try:
+        jar = str(ensure_jar())
+    except JvmBuildError as e:
+        # A JRE without javac still runs DataFrames; `register` warns that SQL lacks its glue.
+        log.warning("Spark SQL over Fluss is unavailable: %s", e)
+        return dict(conf)
+    existing = [p for p in str(conf.get(DRIVER_CLASS_PATH) or "").split(os.pathsep) if p]
+    return {**conf, DRIVER_CLASS_PATH: os.pathsep.join([*existing, jar] if jar not in existing else existing)}
+
+
+def has_sql_glue(spark: SparkSession) -> bool:
+    """Whether the driver JVM can load Strom's glue (``USING fluss`` and the catalog need it)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    try:
+        jvm.java.lang.Class.forName(GLUE_CLASS, False, jvm.Thread.currentThread().getContextClassLoader())
+    except Exception:
+        return False
+    return True
+
+
 def register(spark: SparkSession) -> SparkSession:
-    """Register format ``fluss`` on `spark` and set the flags it needs; returns `spark`."""
-    from strom.spark.datasource import FlussDataSource
+    """Register format ``fluss`` on `spark` and set the flags it needs; returns `spark`.
+
+    SQL over Fluss (``CREATE TABLE/VIEW ... USING fluss``) needs Strom's glue jar on the driver's class
+    path, which `session()` puts there; a session built otherwise gets a warning naming the setting."""
+    from strom.spark.datasource import FlussDataSource, JvmBackedFlussDataSource
 
     for key, value in REQUIRED_CONF.items():
         spark.conf.set(key, value)
-    spark.dataSource.register(FlussDataSource)
+    if has_sql_glue(spark):
+        from strom.spark.catalog import install
+
+        # ``fluss`` is the glue's JVM class, which hands the work to this Python source
+        spark.dataSource.register(JvmBackedFlussDataSource)
+        install(spark)
+    else:
+        spark.dataSource.register(FlussDataSource)
+        from strom.spark.jvm import JAR
+
+        log.warning(
+            "Strom's Spark SQL glue is not on this driver's class path: DataFrames work, but tables "
+            "and views created with USING fluss lose their options and keep stale offsets. Start "
+            "the session with %s=%s (python -m strom.spark.jvm builds it), or use "
+            "strom.spark.session().",
+            DRIVER_CLASS_PATH,
+            JAR,
+        )
     return spark
 
 
@@ -127,6 +186,11 @@ def session(app: str = "strom", master: str | None = None, **conf: Any) -> Spark
         settings = {**COMMON_CONF, **conf}  # spark-submit's JVM runs already: the zip is added below
     else:
         settings = with_package({**COMMON_CONF, **conf})
+    if not submitted:
+        # spark-submit's JVM runs already; its users pass --driver-class-path (docs/spark.md)
+        settings = with_sql_glue(settings)
+    if f"{CATALOG_KEY}.{BOOTSTRAP_SERVERS}" in settings:
+        settings.setdefault(CATALOG_KEY, CATALOG_CLASS)
     builder = SparkSession.builder.master(master).appName(app)
     for key, value in settings.items():
         builder = builder.config(key, str(value))
