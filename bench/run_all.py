@@ -22,8 +22,10 @@ BENCHMARKS = [
     "pk_upsert",
     "lookup",
     "tiering",
+    "lake_compaction",
     "spark_read",
     "loop_stalls",
+    "kafka",
 ]
 
 

@@ -189,8 +189,13 @@ def tablet_server(
 
     _setup_logging(log_level)
     host, port, config, directory = _server_setting(
-        host, port, data_dir, config_file, config_pairs,
-        options.TABLET_SERVER_HOST, options.TABLET_SERVER_PORT,
+        host,
+        port,
+        data_dir,
+        config_file,
+        config_pairs,
+        options.TABLET_SERVER_HOST,
+        options.TABLET_SERVER_PORT,
     )
     try:
         server_id = server_options.tablet_server_id(server_id, Configuration(config))
@@ -351,9 +356,10 @@ def tiering(
 @click.option("--tablet-servers", default=1, show_default=True, type=click.IntRange(1, 64))
 @click.option(
     "--lake-format",
-    type=click.Choice(["iceberg", "paimon", "none"]),
+    type=click.Choice(["iceberg", "paimon", "lance", "delta", "none"]),
     default=None,
-    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, or none "
+    help="The embedded lake that tiering writes to: iceberg (the default with tiering), paimon, lance (log "
+    "tables only), delta, or none "
     "(the default with --no-tiering: new tables get no lake format). --config datalake.format=... wins.",
 )
 @click.option(
@@ -463,6 +469,8 @@ def local(
 def _print_ready(console: Any, cluster: Any) -> None:
     data_dir = cluster.data_dir
     console.print(f"Strom cluster ready. bootstrap.servers = [bold]{cluster.bootstrap}[/bold]")
+    if cluster.kafka_bootstrap is not None:
+        console.print(f"Kafka clients: bootstrap.servers = [bold]{cluster.kafka_bootstrap}[/bold]")
     if cluster.zookeeper is not None:
         zk = cluster.zookeeper
         console.print(f"  zookeeper: {zk.address} (pid {zk.pid}), data in {zk.data_dir}")
@@ -485,6 +493,7 @@ def _print_ready(console: Any, cluster: Any) -> None:
 def _register_commands() -> None:
     """Adds the administrative commands of `strom.commands` to `main`; each module adds one line here."""
     from strom.commands.acl import acl
+    from strom.commands.config import config
     from strom.commands.rebalance import rebalance
     from strom.commands.status import status
     from strom.commands.table import table
@@ -493,6 +502,7 @@ def _register_commands() -> None:
     main.add_command(status)
     main.add_command(rebalance)
     main.add_command(table)
+    main.add_command(config)
 
 
 _register_commands()

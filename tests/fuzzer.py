@@ -209,6 +209,40 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
         ApiKey.LIST_ACLS: lambda: pb.ListAclsRequest(
             acl_filter=pb.PbAclFilter(resource_type=1, operation_type=1, permission_type=1)
         ),
+        # Fluss 1.0
+        ApiKey.GET_TABLE_STATS: lambda: pb.GetTableStatsRequest(
+            table_id=t.pk_table_id, buckets_req=[pb.PbTableStatsReqForBucket(bucket_id=0)]
+        ),
+        ApiKey.REGISTER_PRODUCER_OFFSETS: lambda: pb.RegisterProducerOffsetsRequest(
+            producer_id="fuzz-producer",
+            table_offsets=[
+                pb.PbProducerTableOffsets(
+                    table_id=t.log_table_id, bucket_offsets=[pb.PbBucketOffset(bucket_id=0, log_end_offset=3)]
+                )
+            ],
+            ttl_ms=60_000,
+        ),
+        ApiKey.GET_PRODUCER_OFFSETS: lambda: pb.GetProducerOffsetsRequest(producer_id="fuzz-producer"),
+        ApiKey.DELETE_PRODUCER_OFFSETS: lambda: pb.DeleteProducerOffsetsRequest(producer_id="fuzz-producer"),
+        ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda: pb.AcquireKvSnapshotLeaseRequest(
+            lease_id="fuzz-lease",
+            lease_duration_ms=60_000,
+            snapshots_to_lease=[
+                pb.PbKvSnapshotLeaseForTable(
+                    table_id=t.pk_table_id,
+                    bucket_snapshots=[pb.PbKvSnapshotLeaseForBucket(bucket_id=0, snapshot_id=0)],
+                )
+            ],
+        ),
+        ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda: pb.ReleaseKvSnapshotLeaseRequest(
+            lease_id="fuzz-lease", buckets_to_release=[pb.PbTableBucket(table_id=t.pk_table_id, bucket_id=0)]
+        ),
+        ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda: pb.DropKvSnapshotLeaseRequest(lease_id="fuzz-lease"),
+        ApiKey.DESCRIBE_CLUSTER_CONFIGS: lambda: pb.DescribeClusterConfigsRequest(),
+        # a key that is not dynamic: refused, whatever the mutations make of the value
+        ApiKey.ALTER_CLUSTER_CONFIGS: lambda: pb.AlterClusterConfigsRequest(
+            alter_configs=[pb.PbAlterConfig(config_key="table.log.ttl", config_value="1h", op_type=0)]
+        ),
         # internal APIs: a client connection must change nothing with them
         ApiKey.NOTIFY_LEADER_AND_ISR: notify_leader,
         ApiKey.STOP_REPLICA: stop_replica,
@@ -498,6 +532,7 @@ TABLET_APIS = frozenset(
         ApiKey.PREFIX_LOOKUP,
         ApiKey.LIMIT_SCAN,
         ApiKey.LIST_OFFSETS,
+        ApiKey.GET_TABLE_STATS,
         ApiKey.INIT_WRITER,
         ApiKey.GET_METADATA,
         ApiKey.GET_TABLE_INFO,

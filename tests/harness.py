@@ -202,3 +202,18 @@ def add_client_listener(cluster: Cluster, client_protocol: str = "PLAINTEXT") ->
         }
         cluster.client_ports[server.port] = client_port
     return f"127.0.0.1:{cluster.client_ports[cluster.coordinator.port]}"
+
+
+def add_kafka_listener(cluster: Cluster) -> str:
+    """Gives every tablet server of a not-yet-started cluster a KAFKA listener besides its FLUSS one
+    and turns kafka.enabled on; returns the Kafka clients' bootstrap address."""
+    addresses = []
+    for server in cluster.tablet_servers.values():
+        kafka_port = free_port()
+        server.config = {
+            **server.config,
+            "kafka.enabled": "true",
+            "bind.listeners": f"FLUSS://127.0.0.1:{server.port},KAFKA://127.0.0.1:{kafka_port}",
+        }
+        addresses.append(f"127.0.0.1:{kafka_port}")
+    return ",".join(addresses)

@@ -90,6 +90,40 @@ def _set_spec(target: pb.PbPartitionSpec, spec: Mapping[str, str]) -> None:
         target.partition_key_values.add(key=str(key), value=str(value))
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One option of DescribeClusterConfigs; `source` is INITIAL_SERVER_CONFIG or DYNAMIC_SERVER_CONFIG."""
+
+    key: str
+    value: str | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlterConfig:
+    """A dynamic config change: set `key` to `value`, or delete it (back to the servers' own) with None."""
+
+    key: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TableStats:
+    """GetTableStats: the table's rows (live keys of a primary-key table), and per bucket."""
+
+    row_count: int
+    bucket_row_counts: dict[TableBucket, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOffsets:
+    """What RegisterProducerOffsets stored for one producer, and when it expires (epoch millis)."""
+
+    producer_id: str
+    expiration_time: int
+    offsets: dict[TableBucket, int]
+
+
 class Admin:
     """Administration of one cluster; get it from `Connection.get_admin()`."""
 
@@ -417,6 +451,44 @@ class Admin:
         response = await self._call(ApiKey.GET_LATEST_KV_SNAPSHOTS, request, read_only=True)
         return KvSnapshots.from_pb(response)
 
+    # ------------------------------------------------------------------ kv snapshot leases (1.0)
+
+    async def acquire_kv_snapshot_lease(
+        self, lease_id: str, duration_ms: int, snapshots: Mapping[TableBucket, int]
+    ) -> dict[TableBucket, int]:
+        """Hold snapshots (bucket -> snapshot id) from deletion for `duration_ms` (acquiring again
+        renews the lease and moves a bucket to its new snapshot). Returns those that no longer exist."""
+        request = pb.AcquireKvSnapshotLeaseRequest(lease_id=lease_id, lease_duration_ms=duration_ms)
+        by_table: dict[int, pb.PbKvSnapshotLeaseForTable] = {}
+        for bucket, snapshot_id in snapshots.items():
+            table = by_table.get(bucket.table_id)
+            if table is None:
+                table = by_table[bucket.table_id] = request.snapshots_to_lease.add(table_id=bucket.table_id)
+            entry = table.bucket_snapshots.add(bucket_id=bucket.bucket, snapshot_id=snapshot_id)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        response = await self._call(ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE, request, read_only=False)
+        return {
+            TableBucket(t.table_id, b.partition_id if b.HasField("partition_id") else None, b.bucket_id): (
+                b.snapshot_id
+            )
+            for t in response.unavailable_snapshots
+            for b in t.bucket_snapshots
+        }
+
+    async def release_kv_snapshot_lease(self, lease_id: str, buckets: Iterable[TableBucket]) -> None:
+        request = pb.ReleaseKvSnapshotLeaseRequest(lease_id=lease_id)
+        for bucket in buckets:
+            entry = request.buckets_to_release.add(table_id=bucket.table_id, bucket_id=bucket.bucket)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        await self._call(ApiKey.RELEASE_KV_SNAPSHOT_LEASE, request, read_only=False)
+
+    async def drop_kv_snapshot_lease(self, lease_id: str) -> None:
+        await self._call(
+            ApiKey.DROP_KV_SNAPSHOT_LEASE, pb.DropKvSnapshotLeaseRequest(lease_id=lease_id), read_only=False
+        )
+
     # ------------------------------------------------------------------ offsets
 
     async def list_offsets(
@@ -506,6 +578,153 @@ class Admin:
                 if not e.retriable:
                     raise
                 last = e
+
+    # ------------------------------------------------------------------ table statistics (1.0)
+
+    async def get_table_stats(
+        self, table_path: TablePathLike, partition_name: str | None = None
+    ) -> TableStats:
+        """Row counts of a table (every partition of a partitioned one, or only `partition_name`),
+        asked of each bucket's leader with GetTableStats: live keys of a primary-key table, records of a
+        log table. Buckets whose leader moved are asked again after a metadata refresh."""
+        path = as_table_path(table_path)
+        info = await self.get_table_info(path)
+        partitions: list[tuple[int | None, str | None]] = [(None, None)]
+        if info.is_partitioned:
+            listed = await self.list_partition_infos(path)
+            partitions = [(p.partition_id, p.partition_name) for p in listed]
+            if partition_name is not None:
+                partitions = [p for p in partitions if p[1] == partition_name]
+                if not partitions:
+                    raise PartitionNotExistError(
+                        f"Partition '{partition_name}' of table '{path}' does not exist."
+                    )
+        counts: dict[TableBucket, int] = {}
+        for partition_id, name in partitions:
+            counts.update(await self._bucket_row_counts(path, info, partition_id, name))
+        return TableStats(sum(counts.values()), counts)
+
+    async def _bucket_row_counts(
+        self, path: TablePath, info: TableInfo, partition_id: int | None, partition_name: str | None
+    ) -> dict[TableBucket, int]:
+        partition_paths = [PhysicalTablePath(path, partition_name)] if partition_name is not None else []
+        await self._metadata.update(table_paths=[path], partition_paths=partition_paths)
+        pending = {TableBucket(info.table_id, partition_id, b) for b in range(info.bucket_count)}
+        results: dict[TableBucket, int] = {}
+        last: FlussError | None = None
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        attempt = 0
+        while True:
+            by_leader: dict[int, tuple[ServerNode, pb.GetTableStatsRequest]] = {}
+            for bucket in sorted(pending, key=lambda b: b.bucket):
+                leader = self._metadata.leader_for(bucket)
+                if leader is None:
+                    last = LeaderNotAvailableError(f"No leader for bucket {bucket.bucket} of table '{path}'.")
+                    continue
+                request = by_leader.setdefault(
+                    leader.id, (leader, pb.GetTableStatsRequest(table_id=info.table_id))
+                )[1]
+                entry = request.buckets_req.add(bucket_id=bucket.bucket)
+                if partition_id is not None:
+                    entry.partition_id = partition_id
+            answers = await asyncio.gather(
+                *(
+                    self._pool.request(
+                        node.host, node.port, ApiKey.GET_TABLE_STATS, request, timeout=self._timeout
+                    )
+                    for node, request in by_leader.values()
+                ),
+                return_exceptions=True,
+            )
+            for (node, _), answer in zip(by_leader.values(), answers, strict=True):
+                if isinstance(answer, BaseException):
+                    if not isinstance(answer, FlussError) or not answer.retriable:
+                        raise answer
+                    last = answer
+                    self._metadata.invalidate(server_id=node.id)
+                    continue
+                for result in answer.buckets_resp:
+                    bucket = TableBucket(info.table_id, partition_id, result.bucket_id)
+                    if result.HasField("error_code") and result.error_code != 0:
+                        error = error_for_code(result.error_code, result.error_message or None)
+                        if not error.retriable:
+                            raise error
+                        last = error
+                        continue
+                    if bucket in pending and result.HasField("row_count"):
+                        results[bucket] = result.row_count
+                        pending.discard(bucket)
+            if not pending:
+                return results
+            if not self._may_retry(deadline, attempt):
+                raise last or UnknownServerError(f"No row counts for {len(pending)} buckets of '{path}'.")
+            await REQUEST_BACKOFF.sleep(attempt)
+            attempt += 1
+            with contextlib.suppress(FlussError):
+                await self._metadata.refresh_leaders(path, partition_id)
+
+    # ------------------------------------------------------------------ dynamic cluster configs (1.0)
+
+    async def describe_cluster_configs(self) -> list[ConfigEntry]:
+        """The coordinator's configuration: each option as the servers started with it
+        (INITIAL_SERVER_CONFIG) or as a dynamic config overrides it (DYNAMIC_SERVER_CONFIG)."""
+        response = await self._call(
+            ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest(), read_only=True
+        )
+        return [
+            ConfigEntry(c.config_key, c.config_value if c.HasField("config_value") else None, c.config_source)
+            for c in response.configs
+        ]
+
+    async def alter_cluster_configs(self, changes: Iterable[AlterConfig]) -> None:
+        """Set (value) or delete (value None) dynamic cluster configs; the coordinator applies them at
+        once, tablet servers within `server.dynamic-config.refresh-interval`."""
+        request = pb.AlterClusterConfigsRequest()
+        for change in changes:
+            entry = request.alter_configs.add(config_key=change.key, op_type=1 if change.value is None else 0)
+            if change.value is not None:
+                entry.config_value = change.value
+        await self._call(ApiKey.ALTER_CLUSTER_CONFIGS, request, read_only=False)
+
+    # ------------------------------------------------------------------ producer offsets (1.0)
+
+    async def register_producer_offsets(
+        self, producer_id: str, offsets: Mapping[TableBucket, int], ttl_ms: int | None = None
+    ) -> bool:
+        """Register an exactly-once producer's bucket offsets once: True when they were stored now,
+        False when an unexpired registration already existed (and was kept, not overwritten)."""
+        request = pb.RegisterProducerOffsetsRequest(producer_id=producer_id)
+        if ttl_ms is not None:
+            request.ttl_ms = ttl_ms
+        by_table: dict[int, pb.PbProducerTableOffsets] = {}
+        for bucket, offset in offsets.items():
+            table = by_table.get(bucket.table_id)
+            if table is None:
+                table = by_table[bucket.table_id] = request.table_offsets.add(table_id=bucket.table_id)
+            entry = table.bucket_offsets.add(bucket_id=bucket.bucket, log_end_offset=offset)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        response = await self._call(ApiKey.REGISTER_PRODUCER_OFFSETS, request, read_only=False)
+        return bool(response.result == 0)
+
+    async def get_producer_offsets(self, producer_id: str) -> ProducerOffsets | None:
+        """A producer's registered offsets, or None when it has none."""
+        request = pb.GetProducerOffsetsRequest(producer_id=producer_id)
+        response = await self._call(ApiKey.GET_PRODUCER_OFFSETS, request, read_only=True)
+        if not response.HasField("producer_id"):
+            return None
+        offsets = {
+            TableBucket(t.table_id, b.partition_id if b.HasField("partition_id") else None, b.bucket_id): (
+                b.log_end_offset
+            )
+            for t in response.table_offsets
+            for b in t.bucket_offsets
+        }
+        return ProducerOffsets(response.producer_id, response.expiration_time, offsets)
+
+    async def delete_producer_offsets(self, producer_id: str) -> None:
+        request = pb.DeleteProducerOffsetsRequest(producer_id=producer_id)
+        await self._call(ApiKey.DELETE_PRODUCER_OFFSETS, request, read_only=False)
 
     async def _list_offsets_on(
         self,

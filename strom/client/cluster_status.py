@@ -27,6 +27,7 @@ class ServerStatus:
     leaders: int = 0
     replicas: int = 0
     tag: str | None = None  # PERMANENT_OFFLINE / TEMPORARY_OFFLINE while tagged
+    rack: str | None = None  # tablet-server.rack
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +296,7 @@ def build_cluster_status(
                 leaders=leaders.get(server_id, 0),
                 replicas=hosted.get(server_id, 0),
                 tag=tags.get(server_id),
+                rack=registered.rack if registered and registered.HasField("rack") else None,
             )
         )
     coordinator = next((n for n in nodes if n.server_type == ServerType.COORDINATOR), None)

@@ -17,6 +17,7 @@ names the code that reads each field.
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,9 +25,10 @@ from typing import Any
 
 from strom.common import config as cfg
 from strom.common.config import ConfigOption, Configuration, MemorySize, NoKeyAssigner, to_config_string
-from strom.common.errors import ConfigError
+from strom.common.errors import ConfigError, InvalidConfigError
 from strom.rpc.client import SaslPlain
 from strom.security.jaas import parse_jaas_credentials
+from strom.security.tls import TlsFiles, client_context
 
 DEFAULT_BOOTSTRAP_SERVERS: tuple[str, ...] = tuple(cfg.BOOTSTRAP_SERVERS.default or ())
 MAX_INFLIGHT_REQUESTS_PER_BUCKET_FOR_IDEMPOTENCE = 5
@@ -78,12 +80,11 @@ _OPTIONS: dict[str, ConfigOption[Any]] = {
     "security_sasl_jaas_config": cfg.CLIENT_SASL_JAAS_CONFIG,
     "security_sasl_username": cfg.CLIENT_SASL_USERNAME,
     "security_sasl_password": cfg.CLIENT_SASL_PASSWORD,
+    "security_ssl_truststore_location": cfg.CLIENT_SSL_TRUSTSTORE_LOCATION,
     "filesystem_security_token_renewal_backoff": cfg.CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
     "filesystem_security_token_renewal_time_ratio": cfg.CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
     "metrics_enabled": cfg.CLIENT_METRICS_ENABLED,
 }
-
-
 
 
 # Options taken so that a Fluss client's settings work unchanged, but that change nothing here, and
@@ -105,7 +106,6 @@ NO_EFFECT: dict[str, str] = {
     ),
     "metrics_enabled": "the client collects no metrics",
 }
-
 
 
 def no_effect_notes() -> dict[str, str]:
@@ -230,6 +230,7 @@ class ClientConfig:
     security_sasl_jaas_config: str | None = field(default=None, repr=False)
     security_sasl_username: str | None = None
     security_sasl_password: str | None = field(default=None, repr=False)
+    security_ssl_truststore_location: str | None = None
     filesystem_security_token_renewal_backoff: timedelta = timedelta(hours=1)
     filesystem_security_token_renewal_time_ratio: float = 0.75
     metrics_enabled: bool = False
@@ -309,7 +310,23 @@ class ClientConfig:
 
     @property
     def is_sasl_enabled(self) -> bool:
-        return self.security_protocol.strip().upper() == "SASL"
+        return self.security_protocol.strip().upper() in ("SASL", "SASL_SSL")
+
+    @property
+    def is_tls_enabled(self) -> bool:
+        return self.security_protocol.strip().upper() in ("SSL", "SASL_SSL")
+
+    @property
+    def tls(self) -> ssl.SSLContext | None:
+        """The TLS context for SSL and SASL_SSL (None otherwise): the trust store's CAs verify servers."""
+        if not self.is_tls_enabled:
+            return None
+        try:
+            return client_context(
+                TlsFiles(truststore=self.security_ssl_truststore_location), "client.security.ssl"
+            )
+        except InvalidConfigError as e:
+            raise ClientConfigError(str(e)) from None
 
     @property
     def sasl(self) -> SaslPlain | None:
@@ -344,12 +361,14 @@ class ClientConfig:
 
     def _validate_security(self) -> None:
         protocol = self.security_protocol.strip().upper()
-        if protocol not in ("PLAINTEXT", "SASL"):
+        if protocol not in ("PLAINTEXT", "SASL", "SSL", "SASL_SSL"):
             raise ClientConfigError(
                 f"Unsupported {cfg.CLIENT_SECURITY_PROTOCOL.key} '{self.security_protocol}': "
-                "use PLAINTEXT or SASL."
+                "use PLAINTEXT, SASL, SSL or SASL_SSL."
             )
-        if protocol != "SASL":
+        if self.is_tls_enabled:
+            self.tls  # noqa: B018  (a trust store that does not load is refused here, not at connect)
+        if protocol not in ("SASL", "SASL_SSL"):
             return
         if self.security_sasl_mechanism.strip().upper() != "PLAIN":
             raise ClientConfigError(

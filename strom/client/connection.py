@@ -57,6 +57,7 @@ class Connection(AsyncClosing):
             connect_timeout=client_config.connect_timeout.total_seconds(),
             request_timeout=client_config.request_timeout.total_seconds(),
             sasl=client_config.sasl,
+            tls=client_config.tls,
         )
         metadata = MetadataCache(
             pool,

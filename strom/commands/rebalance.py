@@ -19,6 +19,7 @@ from strom.commands.cluster_client import (
     run_with_connection,
 )
 from strom.commands.status import rebalance_summary
+from strom.common.placement import ServerLocation
 from strom.common.rebalance import (
     GoalType,
     Placement,
@@ -28,7 +29,7 @@ from strom.common.rebalance import (
     plan_rebalance,
 )
 
-_GOALS = [g.name for g in GoalType if g != GoalType.RACK_AWARE]
+_GOALS = [g.name for g in GoalType]
 POLL_SECONDS = 0.5
 
 
@@ -46,7 +47,12 @@ def dry_run_plan(cluster: ClusterStatus, remove: set[int], goals: list[GoalType]
         for t in cluster.tables
         for b in t.buckets
     ]
-    return RebalanceProgress.planned(plan_rebalance(placements, live, drained, goals))
+    locations = [
+        ServerLocation(s.id, s.host, s.rack)
+        for s in cluster.servers
+        if s.role == "tablet-server" and s.alive and s.host is not None
+    ]
+    return RebalanceProgress.planned(plan_rebalance(placements, live, drained, goals, locations))
 
 
 def print_plan(cluster: ClusterStatus | None, progress: RebalanceProgress) -> None:

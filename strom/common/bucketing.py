@@ -144,6 +144,6 @@ def bucket_function_for(lake_format: str | None) -> BucketFunction:
         return paimon_bucket
     if name == "iceberg":
         return iceberg_bucket
-    if name == "lance":
+    if name in ("lance", "delta"):
         return fluss_bucket
     raise ValueError(f"unknown datalake format {lake_format!r}")

@@ -394,6 +394,8 @@ class DataLakeFormat(enum.StrEnum):
     LANCE = "lance"
     ICEBERG = "iceberg"
     HUDI = "hudi"
+    # Strom's own: no Fluss release tiers to Delta Lake.
+    DELTA = "delta"
 
 
 class NoKeyAssigner(enum.StrEnum):
@@ -436,8 +438,29 @@ SECURITY_PROTOCOL_MAP: ConfigOption[str] = ConfigOption(
     "security.protocol.map",
     str,
     "",
-    "Authentication protocol per listener, e.g. CLIENT:SASL,INTERNAL:PLAINTEXT; listeners not named use "
-    "PLAINTEXT. With no bind.listeners and one entry here, the server's single listener takes its name.",
+    "Protocol per listener: PLAINTEXT, SASL, SSL (TLS) or SASL_SSL (SASL over TLS), e.g. "
+    "CLIENT:SASL_SSL,INTERNAL:SSL; listeners not named use PLAINTEXT. With no bind.listeners and one "
+    "entry here, the server's single listener takes its name.",
+)
+SECURITY_SSL_KEYSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "security.ssl.keystore.location",
+    str,
+    None,
+    "PEM file holding this server's private key and certificate chain, for its SSL and SASL_SSL "
+    "listeners. The server does not start when the file does not load or the certificate is expired.",
+)
+SECURITY_SSL_KEY_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "security.ssl.key.password",
+    str,
+    None,
+    "Password of the private key in security.ssl.keystore.location, when it is encrypted.",
+)
+SECURITY_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "security.ssl.truststore.location",
+    str,
+    None,
+    "PEM file of the CA certificates this server trusts when it connects to the internal listener of "
+    "other servers over SSL or SASL_SSL (the system's CAs when unset).",
 )
 SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     "security.sasl.enabled.mechanisms",
@@ -562,8 +585,9 @@ TABLET_SERVER_RACK: ConfigOption[str | None] = ConfigOption(
     "tablet-server.rack",
     str,
     None,
-    "Rack of this tablet server: registered with the coordinator and shown by DescribeCluster / strom "
-    "status (replica placement does not use it yet).",
+    "Rack of this tablet server. When every tablet server has one, new buckets never keep two replicas "
+    "in one rack while racks allow it (a warning says when they cannot), and rebalance honours it with "
+    "the RACK_AWARE goal.",
 )
 # Strom's own: Fluss tracks liveness through ZooKeeper sessions, as Strom does with zookeeper.address;
 # without ZooKeeper, tablet servers heartbeat the coordinator, so that liveness has options of its own.
@@ -824,7 +848,8 @@ DATALAKE_FORMAT: ConfigOption[DataLakeFormat | None] = ConfigOption(
     "datalake.format",
     DataLakeFormat,
     None,
-    "The cluster's lake format (paimon or iceberg); datalake.<format>.* options configure its catalog.",
+    "The cluster's lake format (iceberg, paimon, lance or delta); datalake.<format>.* options configure "
+    "its catalog or warehouse.",
 )
 LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     "lake.tiering.job-timeout",
@@ -832,6 +857,26 @@ LAKE_TIERING_JOB_TIMEOUT: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=2),
     "(Strom) How long a tiering job may go without a heartbeat before the coordinator fences it and "
     "queues its table again under a new tiering epoch (Fluss hard-codes 2 minutes).",
+)
+COORDINATOR_PRODUCER_OFFSETS_TTL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.ttl",
+    timedelta,
+    timedelta(hours=24),
+    "How long registered producer offsets (RegisterProducerOffsets) live when the request sets no TTL; "
+    "expired ones are removed by the coordinator.",
+)
+COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "coordinator.producer-offsets.cleanup-interval",
+    timedelta,
+    timedelta(hours=1),
+    "How often the coordinator removes expired producer offsets.",
+)
+SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.dynamic-config.refresh-interval",
+    timedelta,
+    timedelta(seconds=5),
+    "(Strom) How often a tablet server reads the cluster's dynamic configs (AlterClusterConfigs) from "
+    "the coordinator and applies what changed (Fluss watches a ZooKeeper node instead).",
 )
 METRICS_REPORTERS: ConfigOption[list[str]] = ConfigOption(
     "metrics.reporters",
@@ -850,8 +895,20 @@ KAFKA_ENABLED: ConfigOption[bool] = ConfigOption(
     "kafka.enabled",
     bool,
     False,
-    "Whether to serve the Kafka protocol. Strom does not: a server with kafka.enabled: true refuses to "
-    "start.",
+    "Whether tablet servers also serve the Kafka protocol, on the listeners named by "
+    "kafka.listener.names (see docs/kafka.md).",
+)
+KAFKA_LISTENER_NAMES: ConfigOption[list[str]] = ConfigOption(
+    "kafka.listener.names",
+    list,
+    ["KAFKA"],
+    "The listeners of bind.listeners that speak the Kafka protocol when kafka.enabled is true.",
+)
+KAFKA_DATABASE: ConfigOption[str] = ConfigOption(
+    "kafka.database",
+    str,
+    "kafka",
+    "The database whose log tables are Kafka topics.",
 )
 
 SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
@@ -865,6 +922,9 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         SECURITY_SASL_ENABLED_MECHANISMS,
         SECURITY_SASL_PLAIN_JAAS_CONFIG,
         SECURITY_SASL_PLAIN_CREDENTIALS,
+        SECURITY_SSL_KEYSTORE_LOCATION,
+        SECURITY_SSL_KEY_PASSWORD,
+        SECURITY_SSL_TRUSTSTORE_LOCATION,
         AUTHORIZER_ENABLED,
         SUPER_USERS,
         AUTHORIZER_ACL_REFRESH_INTERVAL,
@@ -929,9 +989,14 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATALAKE_ENABLED,
         DATALAKE_FORMAT,
         LAKE_TIERING_JOB_TIMEOUT,
+        COORDINATOR_PRODUCER_OFFSETS_TTL,
+        COORDINATOR_PRODUCER_OFFSETS_CLEANUP_INTERVAL,
+        SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL,
         METRICS_REPORTERS,
         METRICS_REPORTER_PROMETHEUS_PORT,
         KAFKA_ENABLED,
+        KAFKA_LISTENER_NAMES,
+        KAFKA_DATABASE,
     ]
 )
 
@@ -1369,7 +1434,17 @@ CLIENT_LOOKUP_MAX_RETRIES: ConfigOption[int] = ConfigOption(
     "client.lookup.max-retries", int, (1 << 31) - 1, "Retries of a lookup that failed with a retriable error."
 )
 CLIENT_SECURITY_PROTOCOL: ConfigOption[str] = ConfigOption(
-    "client.security.protocol", str, "PLAINTEXT", "PLAINTEXT, or SASL for SASL/PLAIN authentication."
+    "client.security.protocol",
+    str,
+    "PLAINTEXT",
+    "PLAINTEXT, SASL (SASL/PLAIN authentication), SSL (TLS) or SASL_SSL (SASL/PLAIN over TLS).",
+)
+CLIENT_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.truststore.location",
+    str,
+    None,
+    "With SSL or SASL_SSL: PEM file of the CA certificates the client trusts (the system's CAs when "
+    "unset). A server's certificate must also name the host the client connects to.",
 )
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
@@ -1421,6 +1496,7 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         CLIENT_LOOKUP_MAX_INFLIGHT_REQUESTS,
         CLIENT_LOOKUP_MAX_RETRIES,
         CLIENT_SECURITY_PROTOCOL,
+        CLIENT_SSL_TRUSTSTORE_LOCATION,
         CLIENT_SASL_MECHANISM,
         CLIENT_SASL_JAAS_CONFIG,
         CLIENT_SASL_USERNAME,

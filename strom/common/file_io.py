@@ -11,6 +11,7 @@ These are blocking calls: servers and the client run them in an executor, never 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import fsspec
@@ -24,7 +25,10 @@ class FileIO:
     fs: AbstractFileSystem
     path: str
 
+    def parts(self) -> tuple[AbstractFileSystem, str]:
+        return self.fs, self.path
 
-def load_file_io(location: str) -> FileIO:
-    fs, path = fsspec.core.url_to_fs(location)
+
+def load_file_io(location: str, storage_options: Mapping[str, str] | None = None) -> FileIO:
+    fs, path = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
     return FileIO(fs, path)

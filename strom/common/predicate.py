@@ -166,6 +166,13 @@ class _Unscaled:
     value: int
 
 
+def unscaled_literal(value: Any) -> int:
+    """The unscaled integer (at its column's scale) of a DECIMAL literal; TypeError for any other."""
+    if not isinstance(value, _Unscaled):
+        raise TypeError(f"{value!r} is not a DECIMAL literal")
+    return value.value
+
+
 _NO_LITERAL = frozenset({LeafFunction.IS_NULL, LeafFunction.IS_NOT_NULL})
 _LITERAL_SET = frozenset({LeafFunction.IN, LeafFunction.NOT_IN})
 _STRING_MATCH = frozenset({LeafFunction.STARTS_WITH, LeafFunction.CONTAINS, LeafFunction.ENDS_WITH})

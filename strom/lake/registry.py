@@ -21,6 +21,8 @@ StorageFactory = Callable[[Mapping[str, str]], LakeStorage]
 _BUILTIN: dict[str, str] = {
     "iceberg": "strom.lake.iceberg.storage:IcebergLakeStorage",
     "paimon": "strom.lake.paimon.storage:PaimonLakeStorage",
+    "lance": "strom.lake.lance.storage:LanceLakeStorage",
+    "delta": "strom.lake.delta.storage:DeltaLakeStorage",
 }
 _REGISTERED: dict[str, StorageFactory] = {}
 

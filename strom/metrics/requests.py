@@ -11,7 +11,9 @@ from strom.rpc.api import ApiKey
 class RequestMetrics:
     """The RPC server's `RequestObserver`."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, names: dict[int, str] | None = None) -> None:
+        # keys outside Fluss's API (the Kafka listener's) and their label
+        self._names = names or {}
         self._requests = metrics.counter("request", "requests", "Requests answered, by API.", ["api"])
         self._errors = metrics.counter(
             "request", "errors", "Requests answered with an error, by API.", ["api"]
@@ -26,7 +28,7 @@ class RequestMetrics:
         children = self._children.get(api_key)
         if children is None:
             try:
-                api = ApiKey(api_key).name
+                api = self._names.get(api_key) or ApiKey(api_key).name
             except ValueError:
                 api = "UNKNOWN"  # unknown keys share one label: clients choose them
             children = (

@@ -46,6 +46,18 @@ class TabletMetrics:
             "table", "messagesIn", "Records clients wrote, per table.", TABLE_LABELS
         )
         self._bytes_out = m.counter("table", "bytesOut", "Bytes clients read, per table.", TABLE_LABELS)
+        self._stats_skipped = m.counter(
+            "table",
+            "batchesSkippedByStatistics",
+            "Log batches a filtered fetch left out because their statistics prove no row matches, per table.",
+            TABLE_LABELS,
+        )
+        self._stats_skipped_bytes = m.counter(
+            "table",
+            "bytesSkippedByStatistics",
+            "Bytes of log batches a filtered fetch left out on their statistics alone, per table.",
+            TABLE_LABELS,
+        )
         self._replication_in = m.counter("", "replicationBytesIn", "Bytes copied from leaders.")
         self._replication_out = m.counter("", "replicationBytesOut", "Bytes followers copied from here.")
         self._isr_shrinks = m.counter("", "isrShrinks", "Followers dropped from ISRs of buckets led here.")
@@ -92,9 +104,7 @@ class TabletMetrics:
         )
         sizes = per_table(lambda tablet: tablet.size_in_bytes)
         segments = per_table(lambda tablet: tablet.segment_count)
-        m.state_gauge(
-            "table", "logSize", "Bytes of local log segments, per table.", TABLE_LABELS, sizes
-        )
+        m.state_gauge("table", "logSize", "Bytes of local log segments, per table.", TABLE_LABELS, sizes)
         m.state_gauge("table", "numSegments", "Local log segments, per table.", TABLE_LABELS, segments)
 
         def held(index: int) -> Callable[[], Iterable[tuple[Sequence[str], float]]]:
@@ -170,6 +180,10 @@ class TabletMetrics:
             path = self._table_path(response.tables_resp[t].table_id)
             if path is not None:
                 self._table(path.database_name, path.table_name)[2].inc(size)
+
+    def skipped_by_statistics(self, database: str, table: str, batches: int, size: int) -> None:
+        self._stats_skipped.labels(database, table).inc(batches)
+        self._stats_skipped_bytes.labels(database, table).inc(size)
 
     def retention_hold_expired(self, database: str, table: str, tier: str, segments: int) -> None:
         self._hold_expired.labels(database, table, tier).inc(segments)

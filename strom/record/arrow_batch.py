@@ -15,15 +15,19 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from strom.common.errors import CorruptRecordError
+from strom.record.batch_statistics import collect_statistics
 from strom.record.crc import crc32c
 from strom.record.log_batch import (
     APPEND_ONLY_FLAG,
     LOG_MAGIC_V0,
+    LOG_MAGIC_V1,
     LOG_OVERHEAD,
     NO_BATCH_SEQUENCE,
     NO_WRITER_ID,
     SCHEMA_ID_OFFSET,
+    STATISTICS_LENGTH_OFFSET,
     V0_HEADER_SIZE,
+    V1_HEADER_SIZE,
     LogBatchHeader,
     records_offset,
 )
@@ -89,15 +93,20 @@ def _assemble_v0(
     batch_sequence: int,
     base_offset: int,
     commit_timestamp: int,
+    statistics: bytes | None = None,
 ) -> bytes:
-    size = V0_HEADER_SIZE + len(change_types) + len(body)
-    header = bytearray(V0_HEADER_SIZE)
+    """A V0 batch, or a V1 batch when `statistics` (a block, possibly empty) is given."""
+    v1 = statistics is not None
+    header_size = V1_HEADER_SIZE if v1 else V0_HEADER_SIZE
+    stats = statistics or b""
+    size = header_size + len(stats) + len(change_types) + len(body)
+    header = bytearray(header_size)
     _V0_HEADER.pack_into(
         header,
         0,
         base_offset,
         size - LOG_OVERHEAD,
-        LOG_MAGIC_V0,
+        LOG_MAGIC_V1 if v1 else LOG_MAGIC_V0,
         commit_timestamp,
         0,
         schema_id,
@@ -107,13 +116,14 @@ def _assemble_v0(
         batch_sequence,
         record_count,
     )
+    if v1:
+        _META_LEN.pack_into(header, STATISTICS_LENGTH_OFFSET, len(stats))
     crc = crc32c(bytes(header[SCHEMA_ID_OFFSET:]))
-    if change_types:
-        crc = crc32c(change_types, crc)
-    if len(body):
-        crc = crc32c(body, crc)
+    for part in (stats, change_types, body):
+        if len(part):
+            crc = crc32c(part, crc)
     _CRC.pack_into(header, _CRC_POS, crc)
-    return b"".join((header, change_types, body))
+    return b"".join((header, stats, change_types, body))
 
 
 def build_arrow_log_batch(
@@ -127,8 +137,10 @@ def build_arrow_log_batch(
     commit_timestamp: int = 0,
     compression: str = "NONE",
     zstd_level: int = 3,
+    statistics_columns: Sequence[int] | None = None,
 ) -> bytes:
-    """A V0 ARROW log batch holding `records`, laid out as Fluss writes it.
+    """An ARROW log batch holding `records`, laid out as Fluss writes it: V0, or V1 carrying the
+    min/max/null-count statistics of `statistics_columns` (schema positions) when that is given.
 
     `change_types` (one ChangeType value per row) makes a changelog batch; None makes an append-only
     batch. An empty batch has no Arrow message at all, as in Fluss.
@@ -152,6 +164,7 @@ def build_arrow_log_batch(
         batch_sequence=batch_sequence,
         base_offset=base_offset,
         commit_timestamp=commit_timestamp,
+        statistics=None if statistics_columns is None else collect_statistics(records, statistics_columns),
     )
 
 

@@ -11,8 +11,10 @@ offsets overlap or jump. So every produced batch, and every batch a follower cop
   (record count 0), last offset delta 0 and no records at all: a primary-key table's write that
   changes nothing still appends one (Fluss since its PR #312), so it takes one offset;
 - writer id and batch sequence: both -1, or both >= 0;
-- magic 1: the statistics block is well formed (version, column indexes, null counts, the two bound
-  rows' lengths add up to the declared statistics length);
+- magic 1: the statistics block is well formed (version, distinct ascending column indexes of types
+  that have statistics, null counts, the two bound rows decode against the schema and fill exactly
+  the declared statistics length), and for ARROW logs the bounds and null counts cover the records
+  (a filtered fetch skips batches on them: a bound that lies hides rows);
 - ARROW logs: change types are known values, the records are exactly one Arrow IPC RecordBatch
   message that ends where the batch ends, whose row count is the record count and whose buffers pass
   Arrow's full validation (offsets, UTF-8) against the table's schema.
@@ -30,6 +32,7 @@ import pyarrow as pa
 
 from strom.common.errors import CorruptRecordError, SchemaNotExistError
 from strom.record.arrow_batch import decode_arrow_batch
+from strom.record.batch_statistics import parse_statistics, statistics_contradiction
 from strom.record.change_type import ChangeType
 from strom.record.kv_batch import check_writer_fields
 from strom.record.log_batch import (
@@ -48,9 +51,6 @@ Buffer = bytes | bytearray | memoryview
 SchemaLookup = Callable[[int], pa.Schema | None]
 BatchCheck = Callable[[Buffer, int, LogBatchHeader], None]
 
-STATISTICS_VERSION = 1
-_U8 = struct.Struct("<B")
-_I16 = struct.Struct("<h")
 _I32 = struct.Struct("<i")
 _CHANGE_TYPES = frozenset(int(c) for c in ChangeType)
 
@@ -83,8 +83,12 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
         )
     check_writer_fields(header.writer_id, header.batch_sequence, where)
     start = records_offset(buf, pos, header)  # checks the V1 statistics length fits
+    stats = None
     if header.magic == LOG_MAGIC_V1:
-        _check_statistics(buf, pos + V1_HEADER_SIZE, start, count, where, arrow_schema)
+        try:
+            stats = parse_statistics(buf, pos + V1_HEADER_SIZE, start, count, arrow_schema)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"{where}: {e}") from None
     end = pos + header.size
     if count == 0:
         if start != end:
@@ -107,6 +111,12 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
         records.validate(full=True)
     except pa.ArrowInvalid as e:
         raise CorruptRecordError(f"{where}: invalid Arrow records: {e}") from None
+    if stats is not None:
+        # filtered fetches skip batches on these bounds: bounds that leave out a stored value would
+        # hide its row from every filtered reader
+        problem = statistics_contradiction(stats, records)
+        if problem is not None:
+            raise CorruptRecordError(f"{where}: {problem}")
 
 
 def _check_message_extent(buf: Buffer, start: int, end: int, where: str) -> None:
@@ -127,44 +137,3 @@ def _check_message_extent(buf: Buffer, start: int, end: int, where: str) -> None
             f"{where}: the Arrow message takes {8 + metadata_length + message.body.size} bytes, "
             f"the batch leaves {end - start} for it"
         )
-
-
-def _check_statistics(
-    buf: Buffer, begin: int, end: int, record_count: int, where: str, arrow_schema: pa.Schema | None
-) -> None:
-    """Fluss's V1 statistics: version, i16 count, i16 column indexes, i32 null counts, then a min and a
-    max row, each an i32 length and that many bytes. An empty block means no statistics."""
-    if begin == end:
-        return
-    pos = begin
-
-    def read(unpacker: struct.Struct) -> int:
-        nonlocal pos
-        if pos + unpacker.size > end:
-            raise CorruptRecordError(f"{where}: statistics block of {end - begin} bytes is truncated")
-        value = unpacker.unpack_from(buf, pos)[0]
-        pos += unpacker.size
-        return int(value)
-
-    version = read(_U8)
-    if version != STATISTICS_VERSION:
-        raise CorruptRecordError(f"{where}: statistics version {version} (expected {STATISTICS_VERSION})")
-    limit = len(arrow_schema) if arrow_schema is not None else 1 << 15
-    columns = read(_I16)
-    if not 0 < columns <= limit:
-        raise CorruptRecordError(f"{where}: statistics for {columns} columns")
-    for _ in range(columns):
-        index = read(_I16)
-        if not 0 <= index < limit:
-            raise CorruptRecordError(f"{where}: statistics name column {index}")
-    for _ in range(columns):
-        nulls = read(_I32)
-        if not 0 <= nulls <= record_count:
-            raise CorruptRecordError(f"{where}: statistics null count {nulls} for {record_count} records")
-    for bound in ("min", "max"):
-        length = read(_I32)
-        if length < 0 or pos + length > end:
-            raise CorruptRecordError(f"{where}: statistics {bound} row of {length} bytes does not fit")
-        pos += length
-    if pos != end:
-        raise CorruptRecordError(f"{where}: {end - pos} stray bytes after the statistics")

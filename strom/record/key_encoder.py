@@ -190,7 +190,7 @@ def _lake_format(lake_format: str | None) -> str | None:
     if lake_format is None:
         return None
     name = lake_format.strip().lower()
-    if name not in ("paimon", "iceberg", "lance", "hudi"):
+    if name not in ("paimon", "iceberg", "lance", "hudi", "delta"):
         raise ValueError(f"unknown datalake format {lake_format!r}")
     return name
 
@@ -206,7 +206,7 @@ def _lake_key_encoder(key_type: list[DataType], lake_format: str | None) -> KeyE
         return IcebergKeyEncoder(key_type)
     if lake_format == "hudi":
         raise ValueError("the Hudi bucket key encoder is not supported yet")
-    return CompactedKeyEncoder(key_type)  # no lake format, or Lance
+    return CompactedKeyEncoder(key_type)  # no lake format, Lance or Delta
 
 
 def bucket_key_encoder(

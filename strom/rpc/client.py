@@ -9,15 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from strom.common.errors import FlussError, NetworkError, RequestTimeoutError, error_for_code
+from strom.common.errors import (
+    AuthenticateError,
+    FlussError,
+    NetworkError,
+    RequestTimeoutError,
+    error_for_code,
+)
 from strom.rpc.api import ApiKey, ServerType, api_spec
 from strom.rpc.framing import RESPONSE_HEADER, RESPONSE_SUCCESS, encode_request
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.security.tls import describe_handshake_failure
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +65,26 @@ class RpcConnection(asyncio.Protocol):
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         expected_server_type: ServerType | None = None,
         sasl: SaslPlain | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> RpcConnection:
+        """With `tls`, the connection is TLS, and the server's certificate must name `host`."""
         loop = asyncio.get_running_loop()
         address = f"{host}:{port}"
         try:
             _, connection = await asyncio.wait_for(
-                loop.create_connection(lambda: cls(address), host, port), connect_timeout
+                loop.create_connection(
+                    lambda: cls(address),
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                    ssl_handshake_timeout=connect_timeout if tls is not None else None,
+                ),
+                connect_timeout,
             )
+        except ssl.SSLError as e:
+            # not retriable: a certificate that is refused now is refused on every retry
+            raise AuthenticateError(describe_handshake_failure(address, e)) from e
         except (OSError, TimeoutError) as e:
             raise NetworkError(f"cannot connect to {address}: {e}") from e
         try:
@@ -217,10 +238,12 @@ class ConnectionPool:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         sasl: SaslPlain | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self.sasl = sasl
+        self.tls = tls
         self._connections: dict[tuple[str, int], RpcConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Future[RpcConnection]] = {}
 
@@ -236,7 +259,7 @@ class ConnectionPool:
         self._connecting[key] = future
         try:
             connection = await RpcConnection.connect(
-                host, port, connect_timeout=self.connect_timeout, sasl=self.sasl
+                host, port, connect_timeout=self.connect_timeout, sasl=self.sasl, tls=self.tls
             )
             self._connections[key] = connection
             future.set_result(connection)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from strom.common.errors import (
     AuthenticateError,
     CorruptMessageError,
     FlussError,
+    NetworkError,
     UnsupportedVersionError,
 )
 from strom.common.supervision import TaskSet, supervise
@@ -88,6 +90,12 @@ class RequestGuard(Protocol):
 
 Handler = Callable[[Any, RequestContext], Awaitable["Message | EncodedResponse"]]
 
+# While a server drains (a graceful stop), what a request is answered with instead of being served:
+# called with the API key and the parsed request, it returns the (retriable) error to answer, or None to
+# serve it anyway; called with None for the request, the error for one still running when the server
+# closes. Fluss's clients take a retriable error as "ask the metadata again and retry".
+Refusal = Callable[[ApiKey, Any], "FlussError | None"]
+
 
 class RpcServer:
     """One listening socket serving a fixed set of API handlers for one server role."""
@@ -104,8 +112,10 @@ class RpcServer:
         listener: str = "FLUSS",
         guard: RequestGuard | None = None,
         observer: RequestObserver | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
+        self.tls = tls  # the listener speaks TLS (SSL / SASL_SSL)
         self.host = host
         self._port = port
         self.handlers = dict(handlers)
@@ -118,6 +128,8 @@ class RpcServer:
         self.sasl = guard is not None and guard.requires_authentication(listener)
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self.refusal: Refusal | None = None  # set by drain(): the server is stopping
+        self.last_refused = 0.0  # loop time of the last request refused while draining
         self._sweeper: asyncio.Task[None] | None = None
         self._api_versions_body = self._build_api_versions()
         # what the socket is read into between large frames; one for all connections, as each read is
@@ -149,9 +161,21 @@ class RpcServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: _Connection(self), self.host, self._port, reuse_address=True
+            lambda: _Connection(self),
+            self.host,
+            self._port,
+            reuse_address=True,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.limits.frame_timeout if self.tls is not None else None,
         )
-        log.info("%s listening on %s:%d (listener %s)", self.name, self.host, self.port, self.listener)
+        log.info(
+            "%s listening on %s:%d (listener %s%s)",
+            self.name,
+            self.host,
+            self.port,
+            self.listener,
+            ", TLS" if self.tls is not None else "",
+        )
         self._sweeper = supervise(self._sweep, name=f"{self.name} idle connections")
 
     async def _sweep(self) -> None:
@@ -169,16 +193,74 @@ class RpcServer:
                     )
                     connection.abort()
 
+    async def drain(self, refusal: Refusal, grace_s: float, finish: frozenset[ApiKey]) -> int:
+        """The first step of a graceful stop: from now on requests are answered with `refusal`'s error
+        (those it lets through are served), and the running requests of the `finish` APIs get up to
+        `grace_s` to complete (others, such as long-polling fetches, are answered with an error when
+        the server closes). Returns how many were still running then; close() answers those too.
+        Without this a stop aborted the connections under its requests: a client whose request
+        vanished with its connection could wait out its own timeout before retrying elsewhere."""
+        self.refusal = refusal
+        running = [
+            task
+            for connection in list(self._connections)
+            for task, key in list(connection.running.items())
+            if key in finish
+        ]
+        if not running:
+            return 0
+        _, pending = await asyncio.wait(running, timeout=grace_s)
+        return len(pending)
+
+    async def quiet(self, quiet_s: float, max_s: float) -> None:
+        """Waits (at most `max_s`) until no request was refused for `quiet_s`: clients told to go
+        elsewhere have asked for new metadata and gone."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_s
+        while True:
+            now = loop.time()
+            wait = self.last_refused + quiet_s - now
+            if wait <= 0 or now >= deadline:
+                return
+            await asyncio.sleep(min(wait, deadline - now))
+
     async def close(self) -> None:
+        """Stops listening, answers every request still running with an error (after drain(): its
+        refusal; otherwise a network error), then closes the connections once those answers are
+        written (aborting those whose peer does not read them within a second)."""
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
-        if self._server is not None:
-            self._server.close()
+        if self._server is None:
+            return
+        self._server.close()
+        if self.refusal is None:
+            self.refusal = _shutting_down
+        connections = list(self._connections)
+        running: list[asyncio.Task[Any]] = []
+        for connection in connections:
+            running.extend(connection.tasks)
+            connection.tasks.cancel()  # each answers its request as it ends (_handle)
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+        for connection in connections:
+            connection.close()
+        try:
+            await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        except TimeoutError:
             for connection in list(self._connections):
                 connection.abort()
             await self._server.wait_closed()
-            self._server = None
+        self._server = None
+
+
+def _abandoned() -> NetworkError:
+    return NetworkError("the server is shutting down; retry on another server")
+
+
+def _shutting_down(key: ApiKey, request: Any) -> FlussError | None:
+    """A stop without drain(): what runs is answered with a network error (retriable)."""
+    return _abandoned() if request is None else None
 
 
 # frames at least this large are received into a buffer of their own (see _Connection.frame)
@@ -206,6 +288,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.reading_into_frame = False
         # one task per request in flight: held here until answered, an unexpected error of one logged
         self.tasks = TaskSet(f"{server.name} connection")
+        self.running: dict[asyncio.Task[None], int] = {}  # the same tasks, with their API keys
         self.session = Session(peer="?", listener=server.listener)
         if server.guard is not None and not server.sasl:
             self.session.principal = server.guard.anonymous()
@@ -237,6 +320,11 @@ class _Connection(asyncio.BufferedProtocol):
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+    def close(self) -> None:
+        """Close after the answers already written are sent."""
+        if self.transport is not None:
+            self.transport.close()
 
     def pause_writing(self) -> None:
         self.writes_paused = True  # the peer is not reading our answers
@@ -411,9 +499,11 @@ class _Connection(asyncio.BufferedProtocol):
     def _dispatch(self, header: RequestHeader, body: bytes | bytearray, size: int) -> None:
         """Handle a request in its own task; its bytes stay held until it is answered."""
         task = self.tasks.spawn(self._handle(header, body), name="rpc-request")
-        task.add_done_callback(lambda t: self._done(size))
+        self.running[task] = header.api_key
+        task.add_done_callback(lambda t: self._done(t, size))
 
-    def _done(self, size: int) -> None:
+    def _done(self, task: asyncio.Task[None], size: int) -> None:
+        self.running.pop(task, None)
         self._hold(-size)
         self._update_reading()
 
@@ -457,6 +547,11 @@ class _Connection(asyncio.BufferedProtocol):
             guard = server.guard
             if guard is not None:
                 guard.check(spec.key, request, session.listener, session.principal, session.host)
+            if server.refusal is not None:
+                refused = server.refusal(spec.key, request)
+                if refused is not None:
+                    server.last_refused = asyncio.get_running_loop().time()
+                    raise refused
             response = await handler(request, RequestContext(header.api_version, session.peer, session, body))
             if guard is not None:
                 guard.filter(spec.key, request, response, session.listener, session.principal, session.host)
@@ -466,6 +561,12 @@ class _Connection(asyncio.BufferedProtocol):
                 self._send(RESPONSE_SUCCESS, header.request_id, response.SerializeToString())
             failed = False
         except asyncio.CancelledError:
+            if server.refusal is not None:  # the server is closing under this request: say so
+                try:
+                    abandoned = server.refusal(ApiKey(header.api_key), None)
+                except ValueError:  # an API key we do not know
+                    abandoned = None
+                self._send_error(header.request_id, abandoned or _abandoned())
             raise
         except FlussError as e:
             if isinstance(e, _MALFORMED):

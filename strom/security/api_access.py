@@ -130,6 +130,23 @@ def _create_table(request: Any, access: Access) -> None:
     access.require(CREATE, Resource.database(request.table_path.database_name))
 
 
+def _register_producer_offsets(request: Any, access: Access) -> None:
+    # Fluss: WRITE on every table whose offsets are registered
+    _require_table_ids(access, WRITE, [t.table_id for t in request.table_offsets])
+
+
+def _filter_producer_offsets(request: Any, response: Any, access: Access) -> None:
+    # Fluss answers only the tables the caller may read
+    kept = []
+    for table in response.table_offsets:
+        resource = access.table(table.table_id)
+        if resource is None or access.allowed(READ, resource):
+            kept.append(table)
+    if len(kept) != len(response.table_offsets):
+        del response.table_offsets[:]
+        response.table_offsets.extend(kept)
+
+
 def _security_token(request: Any, access: Access) -> None:
     # remote-storage credentials reach only callers that may read something
     access.require_any_grant(READ)
@@ -178,6 +195,24 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.LIST_REBALANCE_PROGRESS: _on_cluster(DESCRIBE),
     ApiKey.CANCEL_REBALANCE: _on_cluster(WRITE),
     ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
+    ApiKey.GET_TABLE_STATS: _on_table_id(READ),
+    ApiKey.DESCRIBE_CLUSTER_CONFIGS: _on_cluster(DESCRIBE),
+    # Fluss: READ on every table whose snapshots are leased or released
+    ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda request, access: _require_table_ids(
+        access, READ, [t.table_id for t in request.snapshots_to_lease]
+    ),
+    ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda request, access: _require_table_ids(
+        access, READ, [b.table_id for b in request.buckets_to_release]
+    ),
+    # Fluss checks READ on the tables the stored lease names, which this layer cannot read: any READ
+    # grant is needed (a lease only ever holds snapshots back, it reveals nothing)
+    ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda request, access: access.require_any_grant(READ),
+    ApiKey.ALTER_CLUSTER_CONFIGS: _on_cluster(ALTER),
+    ApiKey.REGISTER_PRODUCER_OFFSETS: _register_producer_offsets,
+    # Fluss checks WRITE on the tables the stored entry names; this layer cannot read the store, so
+    # deleting a producer's offsets takes WRITE on the cluster (stricter, never looser)
+    ApiKey.DELETE_PRODUCER_OFFSETS: _on_cluster(WRITE),
+    ApiKey.GET_PRODUCER_OFFSETS: lambda request, access: None,  # filtered below
     # answered for everyone, then filtered below
     ApiKey.LIST_DATABASES: lambda request, access: None,
     ApiKey.LIST_TABLES: lambda request, access: None,
@@ -236,4 +271,5 @@ FILTERS: dict[ApiKey, Filter] = {
     ApiKey.DATABASE_EXISTS: _filter_database_exists,
     ApiKey.TABLE_EXISTS: _filter_table_exists,
     ApiKey.GET_METADATA: _filter_partition_metadata,
+    ApiKey.GET_PRODUCER_OFFSETS: _filter_producer_offsets,
 }

@@ -8,6 +8,7 @@ super user that has a password in the listener's JAAS users, so a cluster config
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 from strom.common import config as options
@@ -16,7 +17,8 @@ from strom.common.errors import InvalidConfigError
 from strom.rpc.client import SaslPlain
 from strom.security.acl import Principal
 from strom.security.jaas import jaas_for_users, parse_jaas_credentials, parse_jaas_users
-from strom.security.listeners import SASL, ListenerSettings
+from strom.security.listeners import SASL, SASL_PROTOCOLS, SASL_SSL, SSL, ListenerSettings
+from strom.security.tls import TlsFiles, client_context
 
 CLIENT_SECURITY_PROTOCOL = "client.security.protocol"
 CLIENT_SASL_USERNAME = "client.security.sasl.username"
@@ -39,7 +41,7 @@ def listener_users(config: Configuration, listener: str) -> dict[str, str]:
 
 def configured_login(config: Configuration) -> SaslPlain | None:
     """The SASL/PLAIN login named by `client.security.*`, or None when the protocol is not SASL."""
-    if (config.get(CLIENT_SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper() != SASL:
+    if (config.get(CLIENT_SECURITY_PROTOCOL) or "PLAINTEXT").strip().upper() not in SASL_PROTOCOLS:
         return None
     username, password = config.get(CLIENT_SASL_USERNAME), config.get(CLIENT_SASL_PASSWORD)
     jaas = config.get(CLIENT_SASL_JAAS_CONFIG)
@@ -61,7 +63,7 @@ def parse_super_users(text: str | None) -> list[Principal]:
 def internal_login(config: Configuration, listeners: ListenerSettings) -> SaslPlain | None:
     """How a server (or the tiering service given the servers' configuration) logs in to the others."""
     login = configured_login(config)
-    if login is not None or listeners.protocol(listeners.internal) != SASL:
+    if login is not None or not listeners.uses_sasl(listeners.internal):
         return login
     users = listener_users(config, listeners.internal)
     for principal in parse_super_users(config.get(options.SUPER_USERS)):
@@ -80,18 +82,37 @@ def cluster_login(config: Mapping[str, str]) -> SaslPlain | None:
     return internal_login(configuration, ListenerSettings.from_config(configuration, "127.0.0.1", 0))
 
 
+def cluster_tls(config: Mapping[str, str]) -> ssl.SSLContext | None:
+    """How to connect to the internal listener of a cluster configuration's servers (None: no TLS)."""
+    configuration = Configuration(config)
+    listeners = ListenerSettings.from_config(configuration, "127.0.0.1", 0)
+    if not listeners.uses_tls(listeners.internal):
+        return None
+    truststore = configuration.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION)
+    return client_context(TlsFiles(truststore=truststore), "security.ssl")
+
+
 def client_properties(config: Mapping[str, str]) -> dict[str, str]:
     """The `client.*` options of a configuration, with the cluster login added when the configuration
-    describes a SASL cluster and names no login of its own."""
+    describes a SASL cluster and names no login of its own, and TLS (trusting the servers' trust store)
+    when its internal listener speaks TLS."""
     properties = {k: v for k, v in config.items() if k.startswith("client.")}
     if CLIENT_SECURITY_PROTOCOL not in properties:
+        configuration = Configuration(config)
+        listeners = ListenerSettings.from_config(configuration, "127.0.0.1", 0)
+        tls = listeners.uses_tls(listeners.internal)
         login = cluster_login(config)
         if login is not None:
             properties.update(
                 {
-                    CLIENT_SECURITY_PROTOCOL: SASL,
+                    CLIENT_SECURITY_PROTOCOL: SASL_SSL if tls else SASL,
                     CLIENT_SASL_USERNAME: login.username,
                     CLIENT_SASL_PASSWORD: login.password,
                 }
             )
+        elif tls:
+            properties[CLIENT_SECURITY_PROTOCOL] = SSL
+        truststore = configuration.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION)
+        if tls and truststore and options.CLIENT_SSL_TRUSTSTORE_LOCATION.key not in properties:
+            properties[options.CLIENT_SSL_TRUSTSTORE_LOCATION.key] = truststore
     return properties

@@ -16,6 +16,7 @@ The RPC server calls it for each connection and request (`strom/rpc/server.py`, 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,9 @@ from strom.security.acl import ANONYMOUS, AclFilter, OperationType, Principal, R
 from strom.security.api_access import CHECKS, FILTERS, INTERNAL_APIS, UNCHECKED_APIS
 from strom.security.authorizer import Authorizer
 from strom.security.credentials import internal_login, listener_users, parse_super_users
-from strom.security.listeners import PLAINTEXT, SASL, ListenerSettings
+from strom.security.listeners import PLAINTEXT, SASL_PROTOCOLS, SSL, ListenerSettings
 from strom.security.sasl import PlainAuthenticator
+from strom.security.tls import TlsFiles, client_context, server_context
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +49,15 @@ class SecuritySettings:
     authorizer_enabled: bool
     super_users: frozenset[Principal]
     internal_login: SaslPlain | None  # how this server authenticates to the others
+    server_tls: ssl.SSLContext | None = None  # what the SSL / SASL_SSL listeners accept with
+    internal_tls: ssl.SSLContext | None = None  # how this server connects to the others' TLS listener
 
     @classmethod
     def from_config(cls, config: Configuration, listeners: ListenerSettings) -> SecuritySettings:
         mechanisms = {m.upper() for m in config.get(options.SECURITY_SASL_ENABLED_MECHANISMS) or []}
         authenticators: dict[str, PlainAuthenticator] = {}
         for name, protocol in listeners.protocols.items():
-            if protocol != SASL:
+            if protocol not in SASL_PROTOCOLS:
                 continue
             if "PLAIN" not in mechanisms:
                 raise InvalidConfigError(
@@ -69,13 +73,25 @@ class SecuritySettings:
             authenticators[name] = PlainAuthenticator(users)
         super_users = frozenset(parse_super_users(config.get(options.SUPER_USERS)))
         login = internal_login(config, listeners)
+        files = TlsFiles(
+            config.get(options.SECURITY_SSL_KEYSTORE_LOCATION),
+            config.get(options.SECURITY_SSL_KEY_PASSWORD),
+            config.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION),
+        )
         return cls(
             listeners=listeners,
             authenticators=authenticators,
             authorizer_enabled=bool(config.get(options.AUTHORIZER_ENABLED)),
             super_users=super_users,
             internal_login=login,
+            server_tls=server_context(files, "security.ssl") if listeners.tls_enabled else None,
+            internal_tls=(
+                client_context(files, "security.ssl") if listeners.uses_tls(listeners.internal) else None
+            ),
         )
+
+    def tls_for(self, listener: str) -> ssl.SSLContext | None:
+        return self.server_tls if self.listeners.uses_tls(listener) else None
 
     @property
     def internal_principals(self) -> frozenset[Principal]:
@@ -97,7 +113,7 @@ class SecurityLayer:
     # ---- RequestGuard
 
     def requires_authentication(self, listener: str) -> bool:
-        return self.settings.listeners.protocol(listener) == SASL
+        return self.settings.listeners.uses_sasl(listener)
 
     def authenticate(self, listener: str, mechanism: str, token: bytes) -> Principal:
         return self.settings.authenticators[listener].authenticate(mechanism, token)
@@ -107,7 +123,9 @@ class SecurityLayer:
 
     def is_trusted(self, listener: str, principal: Principal | None) -> bool:
         listeners = self.settings.listeners
-        if listener == listeners.internal and listeners.protocol(listener) == PLAINTEXT:
+        # TLS without SASL authenticates nobody: like PLAINTEXT, the internal listener is trusted as a
+        # network only servers reach
+        if listener == listeners.internal and listeners.protocol(listener) in (PLAINTEXT, SSL):
             return True
         return principal is not None and principal in self._internal_principals
 

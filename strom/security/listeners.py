@@ -3,7 +3,7 @@
 
 A server binds one socket per listener. Clients get, in Metadata, the addresses of the listener they
 connected through; servers reach each other through the internal listener. Each listener speaks
-PLAINTEXT or SASL.
+PLAINTEXT, SASL, SSL (TLS, `tls.py`) or SASL_SSL (SASL inside TLS).
 """
 
 from __future__ import annotations
@@ -18,7 +18,11 @@ from strom.common.errors import InvalidConfigError
 
 PLAINTEXT = "PLAINTEXT"
 SASL = "SASL"
-PROTOCOLS = (PLAINTEXT, SASL)
+SSL = "SSL"
+SASL_SSL = "SASL_SSL"
+PROTOCOLS = (PLAINTEXT, SASL, SSL, SASL_SSL)
+SASL_PROTOCOLS = (SASL, SASL_SSL)
+TLS_PROTOCOLS = (SSL, SASL_SSL)
 DEFAULT_LISTENER_NAME = "FLUSS"
 
 _ENDPOINT = re.compile(r"^([A-Za-z0-9_\-]+)://(\[[^\]]+\]|[^:/\s]*):(\d+)$")
@@ -155,9 +159,19 @@ class ListenerSettings:
     def internal_endpoint(self) -> Endpoint:
         return self.advertised_endpoint(self.internal)
 
+    def uses_sasl(self, listener: str) -> bool:
+        return self.protocol(listener) in SASL_PROTOCOLS
+
+    def uses_tls(self, listener: str) -> bool:
+        return self.protocol(listener) in TLS_PROTOCOLS
+
     @property
     def sasl_enabled(self) -> bool:
-        return SASL in self.protocols.values()
+        return any(p in SASL_PROTOCOLS for p in self.protocols.values())
+
+    @property
+    def tls_enabled(self) -> bool:
+        return any(p in TLS_PROTOCOLS for p in self.protocols.values())
 
 
 def endpoint_map(listeners: str | None) -> dict[str, tuple[str, int]]:

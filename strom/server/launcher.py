@@ -22,7 +22,7 @@ from strom.common.errors import FlussError
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
-from strom.security.credentials import cluster_login
+from strom.security.credentials import cluster_login, cluster_tls
 
 COORDINATOR = "coordinator"
 TABLET_SERVER = "tablet-server"
@@ -47,6 +47,7 @@ class ServerProcess:
     log_path: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     metrics_address: str | None = None  # host:port of its Prometheus endpoint, when it serves one
+    kafka_address: str | None = None  # host:port of its Kafka listener, when it serves one
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -136,7 +137,9 @@ async def wait_until_serving(server: ServerProcess, timeout: float = 30.0) -> No
                 f"{server.process.returncode if server.process else '?'}; see {server.log_path}"
             )
         try:
-            connection = await RpcConnection.connect(server.host, server.port, connect_timeout=2)
+            connection = await RpcConnection.connect(
+                server.host, server.port, connect_timeout=2, tls=cluster_tls(server.config)
+            )
             connection.close()
             return
         except FlussError:
@@ -151,7 +154,11 @@ async def listed_tablet_servers(coordinator: ServerProcess) -> set[int] | None:
     """The tablet servers the coordinator's metadata lists as alive (None: it did not answer)."""
     try:
         connection = await RpcConnection.connect(
-            coordinator.host, coordinator.port, connect_timeout=2, sasl=cluster_login(coordinator.config)
+            coordinator.host,
+            coordinator.port,
+            connect_timeout=2,
+            sasl=cluster_login(coordinator.config),
+            tls=cluster_tls(coordinator.config),
         )
         try:
             response = await connection.request(ApiKey.GET_METADATA, pb.MetadataRequest(), timeout=5)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strom.common import config as options
 from strom.common.config import Configuration
 from strom.common.lake_enablement import cluster_lake_enabled
 from strom.security.credentials import client_properties
@@ -146,6 +147,9 @@ def embedded_lake_config(data_dir: Path, lake_format: str) -> dict[str, str]:
             "datalake.iceberg.uri": f"sqlite:///{lake / 'iceberg_catalog.db'}",
             "datalake.iceberg.warehouse": f"file://{lake / 'iceberg'}",
         }
+    if lake_format in ("lance", "delta"):
+        # path-based formats: table db.t lives under <warehouse>/db/ (cluster.json names the warehouse)
+        return {"datalake.format": lake_format, f"datalake.{lake_format}.warehouse": str(lake / lake_format)}
     return {
         "datalake.format": "paimon",
         "datalake.paimon.metastore": "filesystem",
@@ -172,7 +176,7 @@ class LocalClusterSettings:
     host: str = "127.0.0.1"
     port: int = 9123
     tablet_servers: int = 1
-    lake_format: str | None = None  # iceberg, paimon, none; None: decided by `tiering`
+    lake_format: str | None = None  # iceberg, paimon, lance, delta, none; None: decided by `tiering`
     tiering: bool = True
     tiering_runner: str = "spark"
     spark_master: str = "local"
@@ -272,6 +276,7 @@ class LocalCluster:
             )
             for i in range(settings.tablet_servers)
         ]
+        self._add_kafka_listeners()
         if self.runs_tiering:
             # the tiering service logs in as the servers do (a super user) when the cluster uses SASL
             tiering_config = {k: v for k, v in self.config.items() if k.startswith("datalake.")}
@@ -312,6 +317,26 @@ class LocalCluster:
         if self.tiering is not None:
             self.tiering.start()  # Spark takes a few seconds; the cluster is usable meanwhile
 
+    def _add_kafka_listeners(self) -> None:
+        """With kafka.enabled, each tablet server also listens for Kafka clients on a free port."""
+        conf = Configuration(self.config)
+        if not conf.get(options.KAFKA_ENABLED):
+            return
+        name = conf.get(options.KAFKA_LISTENER_NAMES)[0]
+        host = self.settings.host
+        for server in self.tablet_servers:
+            kafka_port = free_port(host)
+            server.config = {
+                **server.config,
+                options.BIND_LISTENERS.key: f"FLUSS://{host}:{server.port},{name}://{host}:{kafka_port}",
+            }
+            server.kafka_address = f"{host}:{kafka_port}"
+
+    @property
+    def kafka_bootstrap(self) -> str | None:
+        addresses = [s.kafka_address for s in self.tablet_servers if s.kafka_address]
+        return ",".join(addresses) if addresses else None
+
     def cluster_entry(self) -> dict[str, Any]:
         """cluster.json: the bootstrap address, every process, the lake (null without one)."""
         cluster: dict[str, Any] = {
@@ -333,6 +358,8 @@ class LocalCluster:
         }
         if self.spark_cluster is not None:
             cluster["servers"] += self.spark_cluster.entries()
+        if self.kafka_bootstrap is not None:
+            cluster["kafka_bootstrap"] = self.kafka_bootstrap
         if "zookeeper.address" in self.config:
             cluster["zookeeper"] = self.config["zookeeper.address"]
         return cluster

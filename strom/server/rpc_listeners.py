@@ -3,17 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from strom.rpc.api import ApiKey, ServerType
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.limits import RpcLimits
-from strom.rpc.server import Handler, RequestObserver, RpcServer
+from strom.rpc.server import Handler, Refusal, RequestObserver, RpcServer
 from strom.security.layer import SecurityLayer
 from strom.security.listeners import ListenerSettings, format_endpoints
 
 
+class ListenerServer(Protocol):
+    """A listener that speaks another protocol than Fluss's (the Kafka listener)."""
+
+    @property
+    def port(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class ListenerGroup:
-    """The sockets of one server process. `port` is the internal listener's (what peers use)."""
+    """The sockets of one server process. `port` is the internal listener's (what peers use).
+
+    `others` serve the listeners, by name, that do not speak Fluss; they are started, advertised and
+    closed with the rest."""
 
     def __init__(
         self,
@@ -25,10 +41,12 @@ class ListenerGroup:
         limits: RpcLimits,
         security: SecurityLayer,
         observer: RequestObserver | None = None,
+        others: Mapping[str, ListenerServer] | None = None,
     ) -> None:
         self.listeners = listeners
         self.security = security
-        self.servers = {
+        others = others or {}
+        self.servers: dict[str, Any] = {
             endpoint.listener: RpcServer(
                 name=name,
                 host=endpoint.host,
@@ -39,15 +57,27 @@ class ListenerGroup:
                 listener=endpoint.listener,
                 guard=security,
                 observer=observer,
+                tls=security.settings.tls_for(endpoint.listener),
             )
             for endpoint in listeners.bind
+            if endpoint.listener not in others
         }
+        self.servers.update(others)
 
     async def start(self) -> None:
         for server in self.servers.values():
             await server.start()
         # listeners bound to port 0 advertise the port they got
         self.listeners = self.listeners.with_bound_ports({n: s.port for n, s in self.servers.items()})
+
+    async def drain(self, refusal: Refusal, grace_s: float, finish: frozenset[ApiKey]) -> int:
+        """Every listener drains at once (RpcServer.drain); how many requests outlived the grace."""
+        servers = self.servers.values()
+        return sum(await asyncio.gather(*(server.drain(refusal, grace_s, finish) for server in servers)))
+
+    async def quiet(self, quiet_s: float, max_s: float) -> None:
+        """Until no listener refused a request for `quiet_s` (RpcServer.quiet), at most `max_s`."""
+        await asyncio.gather(*(server.quiet(quiet_s, max_s) for server in self.servers.values()))
 
     async def close(self) -> None:
         await asyncio.gather(*(server.close() for server in self.servers.values()))

@@ -50,11 +50,6 @@ def unknown_key_warnings(keys: Iterable[str]) -> list[str]:
 
 def check_server_config(config: Configuration) -> None:
     """Refuse what Strom cannot do, warn about what it ignores. Raises InvalidConfigError."""
-    if config.get(options.KAFKA_ENABLED):
-        raise InvalidConfigError(
-            "kafka.enabled is true, but Strom does not serve the Kafka protocol; remove the key or set it "
-            "to false."
-        )
     remote_data_dir(config)  # refuses several remote data dirs now rather than at the first upload
     for message in unknown_key_warnings(config):
         log.warning(message)

@@ -66,6 +66,10 @@ def read_bucket(
         rows = _read_iceberg(lake_storage, table, snapshot_id, partition, bucket, end_offset, wanted)
     elif lake_storage.format == "paimon":
         rows = _read_paimon(lake_storage, table, snapshot_id, bucket, wanted)
+    elif lake_storage.format == "lance":
+        rows = _read_lance(lake_storage, table, snapshot_id, partition, bucket, end_offset, wanted)
+    elif lake_storage.format == "delta":
+        rows = _read_delta(lake_storage, table, snapshot_id, partition, bucket, end_offset, wanted)
     else:
         raise ValueError(f"Union reads do not support lake format '{lake_storage.format}'.")
     if rows.num_rows == 0:
@@ -125,4 +129,49 @@ def _read_paimon(
     if result is None:
         return pa.table({c: pa.array([], pa.null()) for c in columns})
     assert isinstance(result, pa.Table)
+    return result
+
+
+def _bucket_filter(partition: dict[str, str], bucket: int, end_offset: int) -> Any:
+    """A pyarrow dataset expression for one bucket's rows below `end_offset` (log tables only)."""
+    import pyarrow.dataset as ds
+
+    condition = (ds.field(BUCKET_COLUMN) == bucket) & (ds.field(OFFSET_COLUMN) < end_offset)
+    for key, value in partition.items():
+        condition = condition & (ds.field(key).cast(pa.string()) == value)
+    return condition
+
+
+def _read_lance(
+    lake_storage: LakeStorage,
+    table: TableInfo,
+    snapshot_id: int,
+    partition: dict[str, str],
+    bucket: int,
+    end_offset: int,
+    columns: Sequence[str],
+) -> pa.Table:
+    # Version `snapshot_id` is the planned one; Lance tables are log tables, so a value filter is exact.
+    dataset: Any = lake_storage.catalog().open(table.table_path, snapshot_id)  # type: ignore[attr-defined]
+    result: pa.Table = dataset.to_table(
+        columns=list(columns), filter=_bucket_filter(partition, bucket, end_offset)
+    )
+    return result
+
+
+def _read_delta(
+    lake_storage: LakeStorage,
+    table: TableInfo,
+    snapshot_id: int,
+    partition: dict[str, str],
+    bucket: int,
+    end_offset: int,
+    columns: Sequence[str],
+) -> pa.Table:
+    delta: Any = lake_storage.catalog().open(table.table_path, snapshot_id)  # type: ignore[attr-defined]
+    # Partition pruning from the Delta log first; the rest of the condition on the files' rows.
+    partitions = [(k, "=", v) for k, v in partition.items()] or None
+    result: pa.Table = delta.to_pyarrow_table(
+        partitions=partitions, columns=list(columns), filters=_bucket_filter(partition, bucket, end_offset)
+    )
     return result

@@ -236,6 +236,12 @@ def _lake_options(options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found.items()))
 
 
+def _served(key: str) -> bool:
+    """A `table.datalake.<format>.<option>` property (not one of the table's own datalake options)."""
+    rest = key.removeprefix(f"table.{DATALAKE_PREFIX}")
+    return rest != key and "." in rest and rest.split(".")[0] in ("delta",)
+
+
 def resolve_lake(given: Sequence[tuple[str, str]], table: TableInfo) -> tuple[tuple[str, str], ...]:
     """Where a union read finds the table's lake: the read options when they name one (they win), else
     the table's properties, which the coordinator fills for lake-enabled tables with the cluster's
@@ -244,6 +250,11 @@ def resolve_lake(given: Sequence[tuple[str, str]], table: TableInfo) -> tuple[tu
         return tuple(given)
     properties = dict(table.descriptor.properties)
     lake_format = str(properties.get(f"table.{DATALAKE_FORMAT}") or "").strip().lower()
+    if not lake_format:
+        # Delta tables are not stamped with their format (Fluss clients refuse the value); the
+        # coordinator still serves the cluster's table.datalake.<format>.* options: one format's.
+        served = {k[len(f"table.{DATALAKE_PREFIX}") :].split(".")[0] for k in properties if _served(k)}
+        lake_format = served.pop() if len(served) == 1 else ""
     if not lake_format:
         raise SparkOptionError(
             f"'{UNION_READ}' on '{table.table_path}' needs to know its lake: the table has no "

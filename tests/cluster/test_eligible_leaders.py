@@ -306,3 +306,45 @@ def test_when_every_replica_restarted_uncleanly_the_longest_log_leads(tmp_path: 
         assert pyfluss(cluster, read) == list(range(ROWS))
         log = cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
         assert f"server {b} has the longest, not {a}" in log
+
+
+def test_an_unclean_election_takes_the_longest_live_log(tmp_path: Path) -> None:
+    """`table.unclean.leader.election.enabled` with no eligible replica live: of the live replicas the
+    one with the longest log leads (the coordinator asks them, as for a last-resort election), not the
+    first in assignment order, which here lost its unflushed tail in a power cut while the second was
+    only killed and kept every acknowledged record."""
+    with power_cut_cluster(tmp_path) as (cluster, mounts):
+        properties = {"table.replication.factor": "3"}
+
+        async def create_and_write(connection: Any) -> None:
+            descriptor = fluss.TableDescriptor(fluss.Schema(SCHEMA), bucket_count=1, properties=properties)
+            await connection.get_admin().create_table(TABLE, descriptor)
+            table = await connection.get_table(TABLE)
+            writer = table.new_append().create_writer()  # acks=all
+            writer.write_arrow(pa.table({"id": range(ROWS), "v": [f"v{i}" for i in range(ROWS)]}, SCHEMA))
+            await writer.flush()
+
+        pyfluss(cluster, create_and_write)
+        wait_for(lambda: len(bucket_state(cluster)["isr"]) == 3, "a full ISR")
+        a, b, c = bucket_state(cluster)["replicas"]
+        power_cut(cluster, mounts, a)
+        cluster.kill_tablet_server(b)
+        cluster.kill_tablet_server(c)
+        wait_for(lambda: bucket_state(cluster)["leader"] is None, "no leader")
+        cluster.start_tablet_server(a)
+        cluster.start_tablet_server(b)  # both unclean, c down: nobody is eligible, no last resort
+        assert bucket_state(cluster)["leader"] is None
+        asyncio.run(set_option(cluster, "table.unclean.leader.election.enabled", "true"))
+        wait_for(lambda: bucket_state(cluster)["leader"] is not None, "an unclean leader")
+        assert bucket_state(cluster)["leader"] == b
+        log = cluster.coordinator.log_path.read_text()  # type: ignore[union-attr]
+        assert f"server {b} has the longest, not {a}" in log
+        assert "UNCLEAN LEADER ELECTION" in log
+
+        async def read(connection: Any) -> list[int]:
+            table = await connection.get_table(TABLE)
+            scanner = await table.new_scan().create_record_batch_log_scanner()
+            scanner.subscribe_buckets({0: fluss.EARLIEST_OFFSET})
+            return sorted((await scanner.to_arrow()).column("id").to_pylist())
+
+        assert pyfluss(cluster, read) == list(range(ROWS))

@@ -5,6 +5,7 @@ forged requests, and restarts that never answer with a cluster missing its table
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ from failover_workload import (
 )
 from harness import Cluster
 
-from strom.common.errors import FencedLeaderEpochError, InvalidCoordinatorError
+from strom.common.errors import FencedLeaderEpochError, InvalidCoordinatorError, NotLeaderOrFollowerError
 from strom.record.log_batch import iter_batches
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
@@ -89,6 +90,59 @@ def test_repeated_leader_kills_lose_no_acknowledged_write(cluster_factory: Any) 
     assert len(ids) == len(set(ids)), "a row was written twice"
     assert log_acked <= set(ids), f"acknowledged rows lost: {sorted(log_acked - set(ids))[:10]}"
     assert asyncio.run(lookup_missing(cluster.bootstrap, "kills_pk", pk_acked)) == []
+
+
+def test_a_stopping_leader_answers_its_requests_and_hands_its_buckets_over(cluster_factory: Any) -> None:
+    """SIGTERM of the leader while pyfluss appends with acks=all (controlled shutdown): a fetch it
+    holds is answered with NOT_LEADER_OR_FOLLOWER rather than cut off with its connection, the
+    coordinator moves the leadership before the port closes, and pyfluss keeps writing without an
+    error or a pause (before, a request in flight could go unanswered until the client's timeout)."""
+    cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
+    asyncio.run(create_table(cluster.bootstrap, "graceful"))
+    # nothing is written here: a fetch of it waits (3 buckets on 3 servers, so the victim leads one)
+    asyncio.run(create_table(cluster.bootstrap, "graceful_idle", buckets=3))
+    writer = AckedWriter(cluster.bootstrap, "graceful").start()
+    victim = leader(cluster, "graceful")
+    server = cluster.tablet_servers[victim]
+    idle_leaders = bucket_leaders(cluster.coordinator.host, cluster.coordinator.port, "graceful_idle")
+    idle_bucket = next(b for b, (lead, _) in idle_leaders.items() if lead == victim)
+
+    async def stop_under_a_held_fetch() -> BaseException | None:
+        connection = await RpcConnection.connect(server.host, server.port)
+        try:
+            metadata = pb.MetadataRequest()
+            metadata.table_path.add(database_name="fluss", table_name="graceful_idle")
+            table_id = (await connection.request(ApiKey.GET_METADATA, metadata)).table_metadata[0].table_id
+            fetch = pb.FetchLogRequest(follower_server_id=-1, max_bytes=1 << 20, max_wait_ms=30_000)
+            table = fetch.tables_req.add(table_id=table_id, projection_pushdown_enabled=False)
+            table.buckets_req.add(bucket_id=idle_bucket, fetch_offset=0, max_fetch_bytes=1 << 20)
+            held = asyncio.ensure_future(connection.request(ApiKey.FETCH_LOG, fetch, timeout=30))
+            await asyncio.sleep(0.5)
+            assert not held.done(), held
+            await asyncio.get_running_loop().run_in_executor(None, server.stop)  # SIGTERM, waits for exit
+            return await asyncio.wait_for(held, 5)
+        except Exception as e:
+            return e
+        finally:
+            connection.close()
+
+    stopped_at = time.monotonic()
+    outcome = asyncio.run(stop_under_a_held_fetch())
+    stop_s = time.monotonic() - stopped_at
+    assert isinstance(outcome, NotLeaderOrFollowerError), outcome
+    pause = writer.resumed_after(stopped_at)
+    writer.wait_for_acks(len(writer.acks) + 20)
+    acked = writer.stop()
+    acks = [t for t, _, _ in writer.acks if t > stopped_at - 1]
+    gap = max(b - a for a, b in itertools.pairwise(acks))
+    print(f"stop {stop_s:.2f} s, first ack after {pause:.2f} s, longest gap {gap:.2f} s")
+    assert not writer.errors, writer.errors
+    assert gap < 2.0, gap  # no request was left for pyfluss's own timeout to find
+    log = (cluster.base_dir / "logs" / "coordinator-0.log").read_text()
+    assert f"tablet server {victim} is shutting down: moving its leadership" in log
+    assert leader(cluster, "graceful") != victim
+    ids = asyncio.run(read_log_ids(cluster.bootstrap, "graceful"))
+    assert acked <= set(ids) and len(ids) == len(set(ids))
 
 
 def test_lookups_of_one_connection_follow_a_killed_leader(cluster_factory: Any) -> None:
@@ -301,6 +355,7 @@ def test_restarts_never_answer_table_not_found(cluster_factory: Any) -> None:
     # the whole cluster stops cleanly and starts again; a client asks before the tablet servers are up
     cluster.stop()
     cluster.start_coordinator()
+
     def start_tablet_servers_later() -> None:
         time.sleep(1.0)
         for server in cluster.tablet_servers.values():

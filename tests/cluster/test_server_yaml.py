@@ -169,20 +169,30 @@ def test_a_cluster_from_server_yaml_files_alone_serves_pyfluss(
     assert "'log.file-preallocate' is accepted for compatibility and has no effect" in log_text
 
 
-def test_kafka_enabled_is_refused_at_start(tmp_path: Path) -> None:
+def test_kafka_enabled_without_a_kafka_listener_is_refused_at_start(tmp_path: Path) -> None:
     config = write_yaml(
         tmp_path / "server.yaml",
         {
             "kafka.enabled": "true",
             "data.dir": tmp_path / "data",
+            "tablet-server.id": "0",
             "bind.listeners": f"FLUSS://127.0.0.1:{free_port()}",
         },
     )
     done = subprocess.run(
-        [sys.executable, "-m", "strom", "coordinator", "--config-file", str(config)],
+        [
+            sys.executable,
+            "-m",
+            "strom",
+            "tablet-server",
+            "--config-file",
+            str(config),
+            "--coordinator",
+            f"127.0.0.1:{free_port()}",
+        ],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode != 0
-    assert "Strom does not serve the Kafka protocol" in done.stdout + done.stderr
+    assert "bind.listeners has no listener named in kafka.listener.names (KAFKA)" in done.stdout + done.stderr

@@ -282,6 +282,8 @@ def test_storage_from_cluster_config_and_registry(tmp_path: Path) -> None:
     with pytest.raises(LakeStorageNotConfiguredError):
         lake_storage_from_config({})
     with pytest.raises(InvalidConfigError, match="Unknown datalake format"):
+        load_lake_storage("hudi", {})
+    with pytest.raises(InvalidConfigError, match=r"datalake\.delta\.warehouse"):
         load_lake_storage("delta", {})
     with pytest.raises(InvalidConfigError, match="hadoop"):
         load_lake_storage("iceberg", {"type": "hadoop", "warehouse": "/x"}).catalog()

@@ -77,10 +77,11 @@ def test_int_keys_route_as_observed() -> None:
 def test_bucket_function_for() -> None:
     assert bucket_function_for(None) is fluss_bucket
     assert bucket_function_for("lance") is fluss_bucket
+    assert bucket_function_for("delta") is fluss_bucket  # Strom's own format buckets as Fluss does
     assert bucket_function_for("PAIMON") is paimon_bucket
     assert bucket_function_for("iceberg") is iceberg_bucket
     with pytest.raises(ValueError):
-        bucket_function_for("delta")
+        bucket_function_for("hudi-ish")
 
 
 def test_rejects_empty_keys_and_bad_counts() -> None:

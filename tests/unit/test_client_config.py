@@ -108,7 +108,11 @@ def test_idempotence_follows_conflicting_settings_unless_asked_for() -> None:
         ({"client.writer.acks": "2", "client.writer.enable-idempotence": "false"}, "acks"),
         ({"client.scanner.log.fetch.max-bytes-for-bucket": "32mb"}, "max-bytes-for-bucket"),
         ({"client.scanner.log.read-preference": "nearest"}, "read-preference"),
-        ({"client.security.protocol": "SSL"}, "SSL"),
+        ({"client.security.protocol": "TLS"}, "TLS"),
+        (
+            {"client.security.protocol": "SSL", "client.security.ssl.truststore.location": "/no/ca.pem"},
+            "ca.pem",
+        ),
         ({"client.security.protocol": "SASL"}, "username"),
         ({"client.security.protocol": "sasl", "client.security.sasl.mechanism": "SCRAM"}, "SCRAM"),
     ],

@@ -370,3 +370,20 @@ def test_parse_table_descriptor_wraps_errors_as_invalid_table() -> None:
         parse_table_descriptor(bad_pk)
     ok = parse_table_descriptor(pk_table().to_json_bytes())
     assert ok.schema.primary_key == ["k"]
+
+
+def test_delta_is_not_stamped_and_may_not_be_named() -> None:
+    """Fluss clients fail on a table.datalake.format they do not know: Delta tables carry none."""
+    server = Configuration({"datalake.format": "delta", "datalake.delta.warehouse": "/w"})
+    lake = {"table.datalake.enabled": "true"}
+    plain = TableDescriptor(Schema([Column("id", BIGINT())]), bucket_count=1, properties=lake)
+    applied = apply_table_defaults(plain, server)
+    assert "table.datalake.format" not in applied.properties
+    validate_table_descriptor(applied, 128, DataLakeFormat.DELTA)
+    named = TableDescriptor(
+        Schema([Column("id", BIGINT())]),
+        bucket_count=1,
+        properties={**lake, "table.datalake.format": "delta"},
+    )
+    with pytest.raises(InvalidConfigError, match="Fluss clients refuse"):
+        validate_table_descriptor(apply_table_defaults(named, server), 128, DataLakeFormat.DELTA)

@@ -174,6 +174,44 @@ def test_put_lookup_prefix_and_limit_scan(tmp_path: Path) -> None:
     server.close()
 
 
+def test_small_tablets_live_in_memory_until_their_database_is_needed(tmp_path: Path) -> None:
+    """A new bucket's tablet takes writes with no RocksDB database; past the server's pending budget
+    a request waits for the database, which then holds every row; reopened from its short changelog,
+    the tablet is back in memory with the same rows."""
+    info = pk_info()
+    server = Server(tmp_path / "data")
+    server.kv = KvManager(SERVER, pending_budget_bytes=4000)
+    server.service = KvService(server.replicas, server.kv, LogService(server.replicas))
+    client = Client(info)
+    replica = server.lead(info)
+    bucket = replica.bucket
+    kv_dir = replica.directory / "kv"
+    rows = [(i, "k", i * 10) for i in range(40)]  # about 140 bytes each as the budget counts them
+
+    async def lookup_all() -> list[bytes]:
+        got = await server.service.lookup(client.lookup(*[(a, b) for a, b, _ in rows]), CTX)
+        return [v.values for v in got.buckets_resp[0].values]
+
+    async def scenario() -> None:
+        await server.service.put_kv(client.put(rows[:10]), CTX)
+        tablet = server.kv.tablet(bucket)
+        assert tablet is not None and tablet.is_pending and not kv_dir.exists()
+        await server.service.put_kv(client.put(rows[10:]), CTX)  # passes the budget
+        assert server.kv.tablet(bucket) is tablet and tablet.is_pending
+        await lookup_all()  # the next request waits for the database
+        assert not tablet.is_pending and (kv_dir / "db").is_dir()
+        assert tablet.pending_bytes() == 0 and server.kv._pending_budget.used == 0
+        assert await lookup_all() == [client.value(r) for r in rows]
+        server.kv.drop(bucket)
+        await server.kv.wait_closed()
+        assert await lookup_all() == [client.value(r) for r in rows]  # replayed into memory
+        reopened = server.kv.tablet(bucket)
+        assert reopened is not None and reopened is not tablet and reopened.is_pending
+
+    run(scenario())
+    server.close()
+
+
 def test_put_errors_are_per_bucket_and_change_nothing(tmp_path: Path) -> None:
     info = pk_info()
     server = Server(tmp_path / "data")
@@ -384,6 +422,7 @@ def test_tablets_close_off_the_event_loop_and_reopen_after_their_close(
     async def scenario() -> None:
         svc = server.service
         await svc.put_kv(client.put([(1, "x", 1), (2, "y", 2)]), CTX)
+        await server.kv.wait_for_db(bucket)  # created in the background for a new bucket: close a real one
         server.kv.drop(bucket)  # as when the replica becomes a follower
         assert server.kv.tablet(bucket) is None
         # at once the next request opens it again: after the close, or RocksDB refuses the lock
@@ -392,6 +431,7 @@ def test_tablets_close_off_the_event_loop_and_reopen_after_their_close(
             client.value((1, "x", 1)),
             client.value((2, "y", 2)),
         ]
+        await server.kv.wait_for_db(bucket)  # reopened in memory from its short changelog: a real one
         await server.kv.aclose()  # shutdown: the remaining tablet closes off the loop too
         assert server.kv.tablet(bucket) is None
 

@@ -131,7 +131,9 @@ def test_incremental_upload_reuses_unchanged_ssts_and_retention(tmp_path: Path) 
     assert store.snapshot_ids() == [1, 2]
 
     # compaction replaces the SSTs; with one snapshot retained the old ones are deleted
-    t.kv._db.compact_range(None, None)
+    db = t.kv._db
+    assert db is not None  # the snapshots above created the tablet's database
+    db.compact_range(None, None)
     write_rounds(t, range(8, 10))
     snapshotter.num_retained = 1
     s3 = snapshotter.prepare(t.kv).upload()

@@ -299,23 +299,33 @@ def test_clean_shutdown_with_missing_index_is_rebuilt(tmp_path: Path) -> None:
 
 def test_flush_moves_recovery_point(tmp_path: Path) -> None:
     log = open_log(tmp_path, LogConfig(flush_interval_messages=5))
-    log.append_as_leader(make_batch(records=3))
-    assert log.recovery_point == 0
-    log.append_as_leader(make_batch(records=3))
+    first = log.append_as_leader(make_batch(records=3))
+    assert first.durable is None and log.recovery_point == 0
+    second = log.append_as_leader(make_batch(records=3))
+    assert second.durable is not None  # the fsync runs on the background thread, not in the append
+    second.durable.result(10)
+    log.checkpoint_high_watermark()  # takes in the finished fsyncs
     assert log.recovery_point == 6
     log.close()
 
 
 def test_flushing_every_message_syncs_each_append_of_leader_and_follower(tmp_path: Path) -> None:
-    """`log.flush.interval-messages: 1`: every append is on disk (recovery point at the log end, and
-    checkpointed) before it returns, so before a follower's next fetch can acknowledge it."""
+    """`log.flush.interval-messages: 1`: every append starts an fsync of everything up to it (off the
+    event loop); once that is done (what the acknowledgement, and a follower's next fetch, wait for)
+    the recovery point is at the log end, and checkpointed."""
     config = LogConfig(flush_interval_messages=1)
     leader = open_log(tmp_path / "leader", config)
     follower = open_log(tmp_path / "follower", config)
     for _ in range(3):
-        leader.append_as_leader(make_batch(records=2))
+        appended = leader.append_as_leader(make_batch(records=2))
+        assert appended.durable is not None
+        appended.durable.result(10)
+        leader.checkpoint_high_watermark()
         assert leader.recovery_point == leader.log_end_offset
-        follower.append_as_follower(leader.read(follower.log_end_offset, 1 << 20).records)
+        copied = follower.append_as_follower(leader.read(follower.log_end_offset, 1 << 20).records)
+        assert copied.durable is not None
+        copied.durable.result(10)
+        follower.checkpoint_high_watermark()
         assert follower.recovery_point == follower.log_end_offset == leader.log_end_offset
     assert read_offset_checkpoint(tmp_path / "follower" / RECOVERY_POINT_FILE) == 6
     leader.close()

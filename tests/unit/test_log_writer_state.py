@@ -10,7 +10,7 @@ from log_batch_maker import crash_image, make_batch, split_batches
 from strom.common.errors import DuplicateSequenceError, OutOfOrderSequenceError
 from strom.server.tablet.log.log_config import DAY_MS, LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
-from strom.server.tablet.log.writer_state import WriterStateManager
+from strom.server.tablet.log.writer_state import KAFKA_WRITER_BIT, WriterStateManager
 
 CONFIG = LogConfig(segment_bytes=4096, segment_ms=None, retention_ms=None, writer_expiration_ms=DAY_MS)
 T0 = 1_700_000_000_000
@@ -171,3 +171,16 @@ def test_truncation_rewinds_writer_state(tmp_path: Path) -> None:
     with pytest.raises(OutOfOrderSequenceError):
         log.append_as_leader(batch(8, 26))
     log.close()
+
+
+def test_kafka_producers_number_records_not_batches(tmp_path: Path) -> None:
+    writers = WriterStateManager(tmp_path, DAY_MS)
+    kafka = KAFKA_WRITER_BIT + 7
+    assert writers.validate([(kafka, 0, 3), (kafka, 3, 2)], leader=True) is None
+    writers.record(kafka, 0, 0, 2, T0)  # 3 records: sequences 0..2
+    writers.record(kafka, 3, 3, 4, T0)  # 2 records: sequences 3..4
+    with pytest.raises(OutOfOrderSequenceError, match="must be 5"):
+        writers.validate([(kafka, 4, 1)], leader=True)  # a Fluss writer's next would be 4
+    duplicate = writers.validate([(kafka, 3, 2)], leader=True)  # a retry: answered with where it went
+    assert duplicate is not None and (duplicate.first_offset, duplicate.last_offset) == (3, 4)
+    assert writers.validate([(kafka, 5, 1)], leader=True) is None

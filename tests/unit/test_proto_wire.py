@@ -162,6 +162,7 @@ def test_packed_options_match_fluss() -> None:
         ("RebalanceRequest", "goals"),
         ("PbRebalancePlanForBucket", "original_replicas"),
         ("PbRebalancePlanForBucket", "new_replicas"),
+        ("GetTableStatsRequest", "target_columns"),
     }
 
 

@@ -419,8 +419,10 @@ def test_key_encoder_selection_rules() -> None:
     assert bucket_key_encoder(row_type, [2], None).encode_key(row) == b"\x06"
     with pytest.raises(ValueError):
         primary_key_encoder(row_type, [0], None, 3, True)
+    # Delta (Strom's own format) encodes keys as Fluss does, like Lance
+    assert bucket_key_encoder(row_type, [0, 2], "delta").encode_key(row) == compacted
     with pytest.raises(ValueError):
-        bucket_key_encoder(row_type, [0], "delta")
+        bucket_key_encoder(row_type, [0], "hudi-ish")
 
 
 def test_dict_decoder_matches_decode() -> None:

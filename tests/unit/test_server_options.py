@@ -71,10 +71,7 @@ def test_remote_data_dirs_one_honoured_several_refused() -> None:
         server_options.check_server_config(Configuration({"remote.data.dirs": "/a,/b"}))
 
 
-def test_kafka_enabled_is_refused_and_a_typo_names_the_key_meant(caplog: pytest.LogCaptureFixture) -> None:
-    with pytest.raises(InvalidConfigError, match="Kafka"):
-        server_options.check_server_config(Configuration({"kafka.enabled": "true"}))
-    server_options.check_server_config(Configuration({"kafka.enabled": "false"}))
+def test_a_typo_names_the_key_meant(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="strom.server.server_options"):
         server_options.check_server_config(
             Configuration(

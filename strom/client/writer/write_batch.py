@@ -14,16 +14,18 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from strom.common import config as cfg
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.common.table_path import PhysicalTablePath, TablePath
 from strom.record.arrow_batch import build_arrow_log_batch
+from strom.record.batch_statistics import statistics_columns
 from strom.record.log_batch import NO_BATCH_SEQUENCE, NO_WRITER_ID, write_crc
 
 __all__ = ["BatchFormat", "WriteBatch"]
 
 _WRITER_FIELDS = struct.Struct("<qi")  # writer id, batch sequence
-_WRITER_ID_OFFSET = 32  # V0 header
+_WRITER_ID_OFFSET = 32  # V0 and V1 headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +38,22 @@ class BatchFormat:
     arrow_schema: pa.Schema
     compression: str
     zstd_level: int
+    # schema positions whose min/max/null counts each batch carries (V1 batches, Fluss 1.0); None:
+    # the table sets no `table.statistics.columns`, batches are V0
+    statistics_columns: tuple[int, ...] | None = None
 
     @classmethod
     def of(cls, info: TableInfo) -> BatchFormat:
+        arrow_schema = info.schema.to_arrow_schema()
+        option = info.properties.get(cfg.TABLE_STATISTICS_COLUMNS)
         return cls(
             info.table_path,
             info.table_id,
             info.schema_id,
-            info.schema.to_arrow_schema(),
+            arrow_schema,
             str(info.arrow_compression_type),
             info.arrow_compression_zstd_level,
+            None if option is None else statistics_columns(option, arrow_schema),
         )
 
 
@@ -138,6 +146,7 @@ class WriteBatch:
                     batch_sequence=self.batch_sequence,
                     compression=self.format.compression,
                     zstd_level=self.format.zstd_level,
+                    statistics_columns=self.format.statistics_columns,
                 )
             )
             self._parts = []  # the bytes are all a retry needs

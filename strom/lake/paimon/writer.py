@@ -34,6 +34,7 @@ from pypaimon.write.table_write import BatchTableWrite
 from strom.common.partition import parse_partition_name
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
+from strom.lake.arrow_values import as_array, as_timestamps
 from strom.lake.interface import ChangeTypes, RowValues, WriteResult
 from strom.lake.offsets import FLUSS_LAKE_TIERING_COMMIT_USER
 from strom.lake.paimon.retracts import record_retract_counts
@@ -80,27 +81,10 @@ def discard_messages(table: FileStoreTable, messages: Sequence[CommitMessage]) -
         commit.close()
 
 
-def _as_array(values: RowValues | ChangeTypes, n: int, what: str) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        values = values.combine_chunks()
-    array = values if isinstance(values, pa.Array) else pa.array(np.asarray(values))
-    if len(array) != n:
-        raise ValueError(f"{what} has {len(array)} values for {n} rows")
-    return array
-
-
-def _as_timestamps(values: RowValues, n: int) -> pa.Array:
-    array = _as_array(values, n, "timestamps")
-    if pa.types.is_timestamp(array.type):
-        return array.cast(pa.timestamp("ms", tz="UTC"), safe=False)
-    # Epoch milliseconds.
-    return array.cast(pa.int64()).cast(pa.timestamp("ms", tz="UTC"))
-
-
 def _row_kinds(change_types: ChangeTypes | None, n: int) -> pa.Array:
     if change_types is None:
         return pa.array(np.full(n, "+I", dtype=object), type=pa.string())
-    kinds = _as_array(change_types, n, "change_types").to_numpy(zero_copy_only=False).astype(np.int64)
+    kinds = as_array(change_types, n, "change_types").to_numpy(zero_copy_only=False).astype(np.int64)
     if n and (kinds.min() < 0 or kinds.max() >= len(_ROW_KINDS)):
         raise ValueError(f"unknown change types in {sorted(set(kinds.tolist()))}")
     return pa.array(_ROW_KINDS[kinds], type=pa.string())
@@ -160,8 +144,8 @@ class PaimonLakeWriter(SplitWriter):
     ) -> pa.Table:
         n = batch.num_rows
         columns = user_columns(batch, self._user_columns, self._info.table_path)
-        offset_values = _as_array(offsets, n, "offsets").cast(pa.int64())
-        columns += system_columns(n, self._bucket.bucket, offset_values, _as_timestamps(timestamps, n))
+        offset_values = as_array(offsets, n, "offsets").cast(pa.int64())
+        columns += system_columns(n, self._bucket.bucket, offset_values, as_timestamps(timestamps, n))
         names = [*self._user_columns, *SYSTEM_COLUMN_NAMES]
         if self._primary_key:
             # Log tables only append; change types carry nothing for them.

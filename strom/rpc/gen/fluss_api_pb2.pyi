@@ -1773,3 +1773,147 @@ class PbNotifyLakeTableOffsetReqForBucket(_message.Message):
     log_end_offset: int
     max_timestamp: int
     def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., log_end_offset: _Optional[int] = ..., max_timestamp: _Optional[int] = ...) -> None: ...
+
+class GetTableStatsRequest(_message.Message):
+    __slots__ = ("table_id", "buckets_req", "target_columns")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_REQ_FIELD_NUMBER: _ClassVar[int]
+    TARGET_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    buckets_req: _containers.RepeatedCompositeFieldContainer[PbTableStatsReqForBucket]
+    target_columns: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, table_id: _Optional[int] = ..., buckets_req: _Optional[_Iterable[_Union[PbTableStatsReqForBucket, _Mapping]]] = ..., target_columns: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetTableStatsResponse(_message.Message):
+    __slots__ = ("buckets_resp",)
+    BUCKETS_RESP_FIELD_NUMBER: _ClassVar[int]
+    buckets_resp: _containers.RepeatedCompositeFieldContainer[PbTableStatsRespForBucket]
+    def __init__(self, buckets_resp: _Optional[_Iterable[_Union[PbTableStatsRespForBucket, _Mapping]]] = ...) -> None: ...
+
+class PbTableStatsReqForBucket(_message.Message):
+    __slots__ = ("partition_id", "bucket_id")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    bucket_id: int
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ...) -> None: ...
+
+class PbTableStatsRespForBucket(_message.Message):
+    __slots__ = ("error_code", "error_message", "partition_id", "bucket_id", "row_count")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    ROW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    partition_id: int
+    bucket_id: int
+    row_count: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., row_count: _Optional[int] = ...) -> None: ...
+
+class RegisterProducerOffsetsRequest(_message.Message):
+    __slots__ = ("producer_id", "table_offsets", "ttl_ms")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    TABLE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    table_offsets: _containers.RepeatedCompositeFieldContainer[PbProducerTableOffsets]
+    ttl_ms: int
+    def __init__(self, producer_id: _Optional[str] = ..., table_offsets: _Optional[_Iterable[_Union[PbProducerTableOffsets, _Mapping]]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class RegisterProducerOffsetsResponse(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: int
+    def __init__(self, result: _Optional[int] = ...) -> None: ...
+
+class GetProducerOffsetsRequest(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    def __init__(self, producer_id: _Optional[str] = ...) -> None: ...
+
+class GetProducerOffsetsResponse(_message.Message):
+    __slots__ = ("producer_id", "expiration_time", "table_offsets")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPIRATION_TIME_FIELD_NUMBER: _ClassVar[int]
+    TABLE_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    expiration_time: int
+    table_offsets: _containers.RepeatedCompositeFieldContainer[PbProducerTableOffsets]
+    def __init__(self, producer_id: _Optional[str] = ..., expiration_time: _Optional[int] = ..., table_offsets: _Optional[_Iterable[_Union[PbProducerTableOffsets, _Mapping]]] = ...) -> None: ...
+
+class DeleteProducerOffsetsRequest(_message.Message):
+    __slots__ = ("producer_id",)
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    producer_id: str
+    def __init__(self, producer_id: _Optional[str] = ...) -> None: ...
+
+class DeleteProducerOffsetsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PbProducerTableOffsets(_message.Message):
+    __slots__ = ("table_id", "bucket_offsets")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    bucket_offsets: _containers.RepeatedCompositeFieldContainer[PbBucketOffset]
+    def __init__(self, table_id: _Optional[int] = ..., bucket_offsets: _Optional[_Iterable[_Union[PbBucketOffset, _Mapping]]] = ...) -> None: ...
+
+class AcquireKvSnapshotLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "lease_duration_ms", "snapshots_to_lease")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_TO_LEASE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    lease_duration_ms: int
+    snapshots_to_lease: _containers.RepeatedCompositeFieldContainer[PbKvSnapshotLeaseForTable]
+    def __init__(self, lease_id: _Optional[str] = ..., lease_duration_ms: _Optional[int] = ..., snapshots_to_lease: _Optional[_Iterable[_Union[PbKvSnapshotLeaseForTable, _Mapping]]] = ...) -> None: ...
+
+class AcquireKvSnapshotLeaseResponse(_message.Message):
+    __slots__ = ("unavailable_snapshots",)
+    UNAVAILABLE_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    unavailable_snapshots: _containers.RepeatedCompositeFieldContainer[PbKvSnapshotLeaseForTable]
+    def __init__(self, unavailable_snapshots: _Optional[_Iterable[_Union[PbKvSnapshotLeaseForTable, _Mapping]]] = ...) -> None: ...
+
+class ReleaseKvSnapshotLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "buckets_to_release")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKETS_TO_RELEASE_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    buckets_to_release: _containers.RepeatedCompositeFieldContainer[PbTableBucket]
+    def __init__(self, lease_id: _Optional[str] = ..., buckets_to_release: _Optional[_Iterable[_Union[PbTableBucket, _Mapping]]] = ...) -> None: ...
+
+class ReleaseKvSnapshotLeaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DropKvSnapshotLeaseRequest(_message.Message):
+    __slots__ = ("lease_id",)
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    def __init__(self, lease_id: _Optional[str] = ...) -> None: ...
+
+class DropKvSnapshotLeaseResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PbKvSnapshotLeaseForTable(_message.Message):
+    __slots__ = ("table_id", "bucket_snapshots")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    bucket_snapshots: _containers.RepeatedCompositeFieldContainer[PbKvSnapshotLeaseForBucket]
+    def __init__(self, table_id: _Optional[int] = ..., bucket_snapshots: _Optional[_Iterable[_Union[PbKvSnapshotLeaseForBucket, _Mapping]]] = ...) -> None: ...
+
+class PbKvSnapshotLeaseForBucket(_message.Message):
+    __slots__ = ("partition_id", "bucket_id", "snapshot_id")
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    partition_id: int
+    bucket_id: int
+    snapshot_id: int
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ...) -> None: ...

@@ -30,17 +30,21 @@ from strom.security.layer import SecurityLayer
 from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_increment_service import AutoIncrementService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
+from strom.server.coordinator.cluster_configs import ClusterConfigService
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
+from strom.server.coordinator.kv_snapshot_leases import KvSnapshotLeaseService
 from strom.server.coordinator.kv_snapshot_service import KvSnapshotService
 from strom.server.coordinator.lake_service import LakeService
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer, Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.producer_offsets import ProducerOffsetsService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
+from strom.server.dynamic_config import DynamicConfig
 from strom.server.store.base import MetadataStore, TableRecord
 from strom.server.store.ordered import OrderedStore
 
@@ -91,7 +95,16 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.CANCEL_REBALANCE: lambda c: c.rebalance.cancel,
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
+    ApiKey.CONTROLLED_SHUTDOWN: lambda c: c.controlled_shutdown,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
+    ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.acquire,
+    ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.release,
+    ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.drop,
+    ApiKey.DESCRIBE_CLUSTER_CONFIGS: lambda c: c.cluster_configs.describe,
+    ApiKey.ALTER_CLUSTER_CONFIGS: lambda c: c.cluster_configs.alter,
+    ApiKey.REGISTER_PRODUCER_OFFSETS: lambda c: c.producer_offsets.register,
+    ApiKey.GET_PRODUCER_OFFSETS: lambda c: c.producer_offsets.get,
+    ApiKey.DELETE_PRODUCER_OFFSETS: lambda c: c.producer_offsets.delete,
 }
 
 # Requests that need the tablet servers: after a (re)start they wait until every bucket has a live
@@ -173,8 +186,16 @@ class ActiveCoordinator:
         if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table
         self.kv_snapshots: KvSnapshotService = KvSnapshotService(store, self.config)
+        self.kv_snapshot_leases: KvSnapshotLeaseService = KvSnapshotLeaseService(
+            store, self.kv_snapshots.snapshot_exists
+        )
         self.remote_logs: RemoteLogService = RemoteLogService(store)
         self.auto_increment: AutoIncrementService = AutoIncrementService(store)
+        self.producer_offsets: ProducerOffsetsService = ProducerOffsetsService(store, self.config)
+        self.cluster_configs: ClusterConfigService = ClusterConfigService(
+            store, DynamicConfig(self.config), self.controller
+        )
+        self.cluster_configs.load()
         self.acls: AclService = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
         self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)
@@ -207,6 +228,7 @@ class ActiveCoordinator:
         self.lake.load_tables()
         supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
         supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
+        supervise(self.producer_offsets.cleanup_loop, name="producer-offsets-cleanup", tasks=self._tasks)
         log.info(
             "coordinator active (epoch %d) on %s:%d with tablet servers %s",
             self.coordinator_epoch,
@@ -265,6 +287,27 @@ class ActiveCoordinator:
         ids = {s.server_id for s in servers}
         await self.controller.on_servers_dead(ids, moved=leave if still_listed else None)
         await self.liveness.forget(servers)
+
+    async def controlled_shutdown(
+        self, request: pb.ControlledShutdownRequest, ctx: RequestContext
+    ) -> pb.ControlledShutdownResponse:
+        """A tablet server about to stop (SIGTERM) asks for its leadership to move now, while it still
+        answers its clients (with NOT_LEADER_OR_FOLLOWER, so they ask for the new leaders), instead of
+        when its port closes or its session lapses, after which clients can only find out by retrying.
+        It leaves the membership as a dead server would; its next start registers it again. The answer
+        lists the buckets it still leads: those with no other replica to lead them."""
+        server_id = request.tablet_server_id
+        server = self.membership.servers.get(server_id)
+        if server is not None:
+            log.info("tablet server %d is shutting down: moving its leadership", server_id)
+            await self.servers_dead([server], still_listed=True)
+        response = pb.ControlledShutdownResponse()
+        for a in self.store.list_buckets():
+            if a.leader == server_id:
+                bucket = response.remaining_leader_buckets.add(table_id=a.table_id, bucket_id=a.bucket_id)
+                if a.partition_id is not None:
+                    bucket.partition_id = a.partition_id
+        return response
 
     async def _confirmed_dead(self, server_id: int, session_id: int) -> None:
         # The server stays listed until its leadership has moved: the store write takes a moment now

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
@@ -18,6 +17,7 @@ from strom.common.errors import (
     InvalidUpdateVersionError,
     UnknownTableOrBucketError,
 )
+from strom.common.placement import ServerLocation, place_replicas
 from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor
@@ -44,9 +44,14 @@ LEADERS_FIRST_TIMEOUT = 1.0
 
 
 def assign_replicas(
-    table_id: int, partition_id: int | None, bucket_count: int, replication_factor: int, live: list[int]
+    table_id: int,
+    partition_id: int | None,
+    bucket_count: int,
+    replication_factor: int,
+    live: Sequence[ServerLocation],
 ) -> list[BucketAssignment]:
-    """Spread replicas round-robin over the live servers from a random start, first replica leads."""
+    """Replicas of new buckets spread over racks and hosts, then evenly over the live servers
+    (`strom.common.placement`); the first replica leads. What the layout cannot guarantee is logged."""
     if replication_factor < 1:
         raise InvalidReplicationFactorError(
             f"replication factor must be at least 1, got {replication_factor}"
@@ -56,16 +61,23 @@ def assign_replicas(
             f"replication factor {replication_factor} is larger than the number of available tablet "
             f"servers ({len(live)})"
         )
-    servers = sorted(live)
-    start = random.randrange(len(servers))
-    assignments = []
-    for bucket in range(bucket_count):
-        first = (start + bucket) % len(servers)
-        replicas = tuple(servers[(first + i) % len(servers)] for i in range(replication_factor))
-        assignments.append(
-            BucketAssignment(table_id, partition_id, bucket, replicas, replicas[0], 0, replicas, 0)
-        )
-    return assignments
+    placed = place_replicas(bucket_count, replication_factor, live)
+    for warning in placed.warnings:
+        _warn_once(warning)
+    return [
+        BucketAssignment(table_id, partition_id, bucket, replicas, replicas[0], 0, replicas, 0)
+        for bucket, replicas in enumerate(placed.replicas)
+    ]
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(warning: str) -> None:
+    """A layout that cannot separate replicas is said once per coordinator, not at every new table."""
+    if warning not in _warned:
+        _warned.add(warning)
+        log.warning("replica placement: %s", warning)
 
 
 class Controller:
@@ -268,7 +280,7 @@ class Controller:
         async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
-            last_resort: dict[tuple[int, int | None, int], BucketAssignment] = {}
+            by_log: dict[tuple[int, int | None, int], tuple[BucketAssignment, Election]] = {}
             live = set(self.membership.servers)
             for a in self.store.list_buckets():
                 if server_id not in a.replicas:
@@ -278,15 +290,15 @@ class Controller:
                     a = forget_unclean(a, server_id)
                 if a.leader is None:
                     a, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
-                    if kind is Election.LAST_RESORT:
-                        last_resort[a.key] = a
+                    if kind in (Election.LAST_RESORT, Election.UNCLEAN):
+                        by_log[a.key] = (a, kind)
                     else:
                         self._count(a, kind)
                 if a != before:
                     changed.append(a)
                 hosted.append(a)
-            if last_resort:
-                chosen = await self._prefer_longest_logs(list(last_resort.values()))
+            if by_log:
+                chosen = await self._prefer_longest_logs(list(by_log.values()), live)
                 changed = [chosen.get(a.key, a) for a in changed]
                 hosted = [chosen.get(a.key, a) for a in hosted]
             if changed:
@@ -341,31 +353,37 @@ class Controller:
         """Elect each bucket (`gone` servers just left); last-resort choices ask the replicas for their
         logs first. Returns the buckets whose assignment changed."""
         changed: list[BucketAssignment] = []
-        last_resort: list[BucketAssignment] = []
+        # elections that take a replica that may have lost data: the one with the longest log leads
+        by_log: list[tuple[BucketAssignment, Election]] = []
         for a in buckets:
             new, kind = elect(a, gone, live, self.min_isr, self._unclean_allowed(a.table_id))
-            if kind is Election.LAST_RESORT:
-                last_resort.append(new)
+            if kind in (Election.LAST_RESORT, Election.UNCLEAN):
+                by_log.append((new, kind))
             else:
                 self._count(new, kind)
             if new != a:
                 changed.append(new)
-        if last_resort:
-            chosen = await self._prefer_longest_logs(last_resort)
+        if by_log:
+            chosen = await self._prefer_longest_logs(by_log, live)
             changed = [chosen.get(a.key, a) for a in changed]
         return changed
 
     async def _prefer_longest_logs(
-        self, elected: list[BucketAssignment]
+        self, elections: list[tuple[BucketAssignment, Election]], live: set[int]
     ) -> dict[tuple[int, int | None, int], BucketAssignment]:
-        """Last-resort elections (every replica live, none eligible): each replica reports its log as it
-        lies on disk, and the one with the latest leader epoch, then the longest log, leads rather than
-        the first in assignment order, which may be the one that lost its unflushed tail in a power cut
-        while the others were only killed. A replica that does not answer is passed over; with no
-        answer at all the first in order leads, as before. Counted and logged here."""
+        """Last-resort elections (every replica live, none eligible) and unclean ones
+        (`table.unclean.leader.election.enabled`, no eligible replica live): each live replica reports
+        its log as it lies on disk, and the one with the latest leader epoch, then the longest log,
+        leads rather than the first in assignment order, which may be the one that lost its unflushed
+        tail in a power cut while the others were only killed. A replica that does not answer, or is
+        not `live` (a server stopping under a controlled shutdown still answers), is passed over;
+        with no answer at all the first in order leads, as before. Counted and logged here."""
+        elected = [a for a, _ in elections]
         by_server: dict[int, internal.DescribeReplicasRequest] = {}
         for a in elected:
             for server_id in a.replicas:
+                if server_id not in live:
+                    continue
                 request = by_server.setdefault(server_id, internal.DescribeReplicasRequest())
                 entry = request.on_disk.add(table_id=a.table_id, bucket_id=a.bucket_id)
                 if a.partition_id is not None:
@@ -383,17 +401,18 @@ class Controller:
                 epoch = r.latest_leader_epoch if r.HasField("latest_leader_epoch") else -1
                 ends[key][server_id] = (epoch, r.log_end_offset)
         chosen: dict[tuple[int, int | None, int], BucketAssignment] = {}
-        for a in elected:
+        for a, kind in elections:
             reported = {s: e for s, e in ends.get(a.key, {}).items() if s in a.replicas}
             new = prefer_longest_log(a, reported)
             log.warning(
-                "last-resort election of table %d bucket %d: replica logs (leader epoch, log end) %s%s",
+                "%s election of table %d bucket %d: replica logs (leader epoch, log end) %s%s",
+                "last-resort" if kind is Election.LAST_RESORT else "unclean",
                 a.table_id,
                 a.bucket_id,
                 {s: reported.get(s, "no answer") for s in a.replicas},
                 "" if new.leader == a.leader else f": server {new.leader} has the longest, not {a.leader}",
             )
-            self._count(new, Election.LAST_RESORT)
+            self._count(new, kind)
             chosen[a.key] = new
         return chosen
 

@@ -83,7 +83,7 @@ class EmbeddedLiveness(Liveness):
     async def register(
         self, request: internal.RegisterTabletServerRequest, ctx: RequestContext
     ) -> internal.RegisterTabletServerResponse:
-        await check_registration(request, self.membership)
+        await check_registration(request, self.membership, self.coordinator.pool.tls)
         incarnation = request.incarnation if request.HasField("incarnation") else None
         rack = request.rack if request.HasField("rack") else None
         listeners = request.listeners if request.HasField("listeners") else None

@@ -25,6 +25,7 @@ from strom.common.errors import (
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.table_path import TablePath
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.server.coordinator.kv_snapshot_leases import leased_snapshot_ids, remove_expired_leases
 from strom.server.store.base import MetadataStore
 from strom.server.store.ordered import OrderedStore
 
@@ -91,8 +92,12 @@ class KvSnapshotService:
         def record(store: MetadataStore) -> None:
             store.put_document(f"{prefix}{snapshot_id:020d}", request.completed_snapshot)
             documents = store.list_documents(prefix)
-            for key, _ in documents[: max(0, len(documents) - self.retained)]:
-                store.delete_documents(key)
+            # snapshots a reader leased stay listed (and so on disk) past kv.snapshot.num-retained
+            remove_expired_leases(store)
+            leased = leased_snapshot_ids(store, table_id, partition_id, bucket)
+            for key, value in documents[: max(0, len(documents) - self.retained)]:
+                if int(json.loads(value)["snapshot_id"]) not in leased:
+                    store.delete_documents(key)
 
         await self.store.atomically(record)
         log.info(
@@ -163,6 +168,10 @@ class KvSnapshotService:
                 log_offset=handle["log_offset"],
             )
         return response
+
+    def snapshot_exists(self, table_id: int, partition_id: int | None, bucket: int, snapshot_id: int) -> bool:
+        key = f"{_bucket_prefix(table_id, partition_id, bucket)}{snapshot_id:020d}"
+        return self.store.get_document(key) is not None
 
     def latest_handle(self, table_id: int, partition_id: int | None, bucket: int) -> bytes | None:
         """The newest completed-snapshot JSON of a bucket (restoring leaders ask for it)."""

@@ -131,7 +131,7 @@ def forget_unclean(a: BucketAssignment, server_id: int) -> BucketAssignment:
 
 
 def prefer_longest_log(a: BucketAssignment, log_ends: Mapping[int, tuple[int, int]]) -> BucketAssignment:
-    """A last-resort leader (`a` was just elected so): of the replicas that reported their log as
+    """A last-resort or unclean leader (`a` was just elected so): of the replicas that reported their log as
     (latest leader epoch, log end offset), the greatest leads; assignment order breaks ties. A later
     epoch wins over a longer log: a longer log of an older epoch holds records the later leaders
     overwrote. Without a report, `a` stays as elected."""

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from strom.common.placement import ServerLocation
 
 
 @dataclass
@@ -96,3 +99,11 @@ class Membership:
 
     def live_ids(self) -> list[int]:
         return sorted(self.servers)
+
+    def locations(self, server_ids: Iterable[int]) -> list[ServerLocation]:
+        """The failure domains (host, rack) of these live servers, for replica placement."""
+        return [
+            ServerLocation(s, self.servers[s].host, self.servers[s].rack)
+            for s in server_ids
+            if s in self.servers
+        ]

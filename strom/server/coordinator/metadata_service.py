@@ -258,7 +258,7 @@ class MetadataService:
         replication_factor = descriptor.replication_factor()
         bucket_count = descriptor.bucket_count
         assert bucket_count is not None  # filled by apply_table_defaults
-        live = self.placement_candidates()
+        live = self.membership.locations(self.placement_candidates())
         # placement is checked even for partitioned tables, whose buckets come with their partitions
         assignments = assign_replicas(-1, None, bucket_count, replication_factor, live)
         table_id = await self.store.next_id("table")
@@ -476,7 +476,7 @@ class MetadataService:
             partition_id,
             descriptor.bucket_count,
             replication_factor,
-            self.placement_candidates(),
+            self.membership.locations(self.placement_candidates()),
         )
         partition = PartitionRecord(partition_id, record.table_id, name, now_ms())
 

@@ -192,17 +192,15 @@ class RebalanceManager:
             goals = [GoalType(g) for g in request.goals] or list(GoalType)[:2]
         except ValueError:
             raise RebalanceFailureError(f"unknown rebalance goal in {list(request.goals)}") from None
-        if GoalType.RACK_AWARE in goals:
-            raise RebalanceFailureError(
-                "the RACK_AWARE goal is not supported: Strom places replicas without regard to racks"
-            )
         tags = self.server_tags()
         drained = {s for s, t in tags.items() if t == ServerTag.PERMANENT_OFFLINE}
         # temporarily offline servers keep what they have and take nothing new
         servers = [s for s in self.membership.live_ids() if s not in tags]
         placements = [Placement(a.key, a.replicas, a.leader) for a in self.store.list_buckets()]
         try:
-            moves = plan_rebalance(placements, servers, drained, goals)
+            moves = plan_rebalance(
+                placements, servers, drained, goals, self.membership.locations(self.membership.live_ids())
+            )
         except RebalanceImpossible as e:
             raise RebalanceFailureError(f"cannot rebalance: {e}") from None
         status = RebalanceStatus.REBALANCING if moves else RebalanceStatus.COMPLETED

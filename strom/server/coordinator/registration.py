@@ -8,6 +8,8 @@ of a live server (the same id at the same address) replaces its session, as befo
 
 from __future__ import annotations
 
+import ssl
+
 from strom.common.errors import CorruptMessageError, FlussError, InvalidConfigError
 from strom.rpc.api import ServerType
 from strom.rpc.client import RpcConnection
@@ -17,7 +19,10 @@ from strom.server.coordinator.membership import Membership
 PROBE_TIMEOUT = 3.0
 
 
-async def check_registration(request: internal.RegisterTabletServerRequest, membership: Membership) -> None:
+async def check_registration(
+    request: internal.RegisterTabletServerRequest, membership: Membership, tls: ssl.SSLContext | None = None
+) -> None:
+    """`tls`: how servers reach each other's internal listener (None: PLAINTEXT or SASL)."""
     missing = [name for name in ("server_id", "host", "port") if not request.HasField(name)]
     if missing:
         raise CorruptMessageError(f"RegisterTabletServer without {', '.join(missing)}")
@@ -38,6 +43,7 @@ async def check_registration(request: internal.RegisterTabletServerRequest, memb
             request.port,
             connect_timeout=PROBE_TIMEOUT,
             expected_server_type=ServerType.TABLET_SERVER,
+            tls=tls,
         )
         probe.close()
     except FlussError as e:

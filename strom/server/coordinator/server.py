@@ -64,7 +64,7 @@ class CoordinatorServer:
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
         self.security = SecurityLayer(security, resolve_table=self._table_path)
-        self.pool = ConnectionPool(sasl=security.internal_login)
+        self.pool = ConnectionPool(sasl=security.internal_login, tls=security.internal_tls)
         self.node = pb.PbServerNode(node_id=COORDINATOR_ID, host=host, port=port)
         self.active: ActiveCoordinator | None = None
         self._activation = asyncio.Lock()

@@ -97,6 +97,14 @@ def parse_table_descriptor(table_json: bytes | str) -> TableDescriptor:
 # ------------------------------------------------------------------------------------------ defaults
 
 
+# Lake formats no Fluss release knows. Fluss clients parse `table.datalake.format` into their own
+# enum when they write or look up, and fail on any other value (pyfluss 1.0: "Matching variant not
+# found"), so tables of such a cluster are not stamped with it, and may not name it: the cluster's
+# `datalake.format` alone decides where they are tiered. Delta buckets and encodes keys as a table
+# without a lake format does, so nothing else changes.
+CLIENT_UNKNOWN_FORMATS = frozenset({DataLakeFormat.DELTA})
+
+
 def apply_table_defaults(descriptor: TableDescriptor, server_config: Configuration) -> TableDescriptor:
     """Fill in what the coordinator fills in at CreateTable, before validation.
 
@@ -104,7 +112,8 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
     - ``table.replication.factor`` from ``default.replication.factor``;
     - ``table.auto-partition.num-precreate`` = 0 for auto-partitioned tables with several
       partition keys;
-    - ``table.datalake.format`` from the cluster's ``datalake.format``;
+    - ``table.datalake.format`` from the cluster's ``datalake.format`` (not ``delta``: see
+      `CLIENT_UNKNOWN_FORMATS`);
     - ``table.delete.behavior`` = IGNORE for FIRST_ROW / VERSIONED / AGGREGATION merge engines;
     - ``table.kv.format-version`` = 2 for primary-key tables.
 
@@ -129,7 +138,11 @@ def apply_table_defaults(descriptor: TableDescriptor, server_config: Configurati
         props[cfg.TABLE_AUTO_PARTITION_NUM_PRECREATE.key] = "0"
 
     cluster_format = cluster_lake_format(server_config)
-    if cluster_format is not None and cfg.TABLE_DATALAKE_FORMAT.key not in original:
+    if (
+        cluster_format is not None
+        and cluster_format not in CLIENT_UNKNOWN_FORMATS
+        and cfg.TABLE_DATALAKE_FORMAT.key not in original
+    ):
         props[cfg.TABLE_DATALAKE_FORMAT.key] = cluster_format.value
 
     if table_lake_enabled(original) and not cluster_lake_enabled(server_config):
@@ -534,9 +547,15 @@ def _check_statistics(descriptor: TableDescriptor, conf: Configuration) -> None:
 
 
 def _check_lake_format_matches_cluster(conf: Configuration, cluster_format: DataLakeFormat | None) -> None:
+    table_format = _option(conf, cfg.TABLE_DATALAKE_FORMAT)
+    if table_format in CLIENT_UNKNOWN_FORMATS:
+        raise InvalidConfigError(
+            f"'{cfg.TABLE_DATALAKE_FORMAT.key}' cannot be '{table_format.value}': Fluss clients refuse to "
+            f"write to or look up tables that name it. Leave it unset: a cluster whose "
+            f"'{cfg.DATALAKE_FORMAT.key}' is '{table_format.value}' tiers lake-enabled tables there."
+        )
     if cluster_format is None or not _option(conf, cfg.TABLE_DATALAKE_ENABLED):
         return
-    table_format = _option(conf, cfg.TABLE_DATALAKE_FORMAT)
     if table_format is not None and table_format is not cluster_format:
         raise InvalidConfigError(
             f"'{cfg.TABLE_DATALAKE_FORMAT.key}' ('{table_format.value}') must match cluster "

@@ -22,6 +22,7 @@ from strom.common.errors import (
     CorruptRecordError,
     FlussError,
     InvalidRequiredAcksError,
+    InvalidTableError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
     UnknownServerError,
@@ -37,7 +38,12 @@ from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
 from strom.server.tablet.log.log_tablet import AppendResult
-from strom.server.tablet.log_service import LogService, first_schema_id
+from strom.server.tablet.log_service import (
+    LogService,
+    acknowledge_when_durable,
+    earliest_offset,
+    first_schema_id,
+)
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -112,6 +118,7 @@ class KvService:
         target_columns = list(request.target_columns) or None
         response = pb.PutKvResponse()
         waits: list[tuple[pb.PbPutKvRespForBucket, Replica, int]] = []
+        syncs: list[tuple[pb.PbPutKvRespForBucket, AppendResult]] = []
         # Taken before this handler's first await, so in arrival order; released before waiting for
         # the replicas, which need not keep the order.
         async with _append_order(ctx):
@@ -140,6 +147,8 @@ class KvService:
                         traffic.produced(replica.database, replica.table, len(entry.records), records)
                     end = appended.last_offset + 1
                     result.log_end_offset = end
+                    if appended.durable is not None:
+                        syncs.append((result, appended))
                     if request.acks == -1:
                         waits.append((result, replica, end))
                 except FlussError as e:
@@ -158,6 +167,7 @@ class KvService:
                 if error is not None:
                     result.ClearField("log_end_offset")
                     _set_error(result, error)
+        await acknowledge_when_durable(syncs, "log_end_offset")
         return response
 
     async def _append(
@@ -274,6 +284,38 @@ class KvService:
             except Exception as e:
                 del result.value_lists[:]
                 _set_error(result, _unexpected(bucket, "PrefixLookup", e))
+        return response
+
+    async def get_table_stats(
+        self, request: pb.GetTableStatsRequest, ctx: RequestContext
+    ) -> pb.GetTableStatsResponse:
+        """GetTableStats (Fluss 1.0) for the buckets this server leads: a primary-key table's live
+        keys (the KV tablet's row count), a log table's records from the earliest readable offset
+        (remote storage included) to the high watermark. Errors are per bucket."""
+        response = pb.GetTableStatsResponse()
+        for entry in request.buckets_req:
+            partition = entry.partition_id if entry.HasField("partition_id") else None
+            bucket = TableBucket(request.table_id, partition, entry.bucket_id)
+            result = response.buckets_resp.add(bucket_id=entry.bucket_id)
+            if partition is not None:
+                result.partition_id = partition
+            try:
+                replica = self.replicas.leader_replica(bucket)
+                if replica.table_info.has_primary_key:
+                    _, kv = await self._leader_kv(bucket, ctx.api_version)
+                    if kv.row_count is None:
+                        raise InvalidTableError(
+                            f"Row count is disabled for table '{replica.table_info.table_path}': its "
+                            "changelog image is WAL, which does not keep it. Set "
+                            "'table.changelog.image' to FULL to have it."
+                        )
+                    result.row_count = kv.row_count
+                else:
+                    result.row_count = replica.log_tablet().high_watermark - earliest_offset(replica)
+            except FlussError as e:
+                _set_error(result, e)
+            except Exception as e:
+                _set_error(result, _unexpected(bucket, "GetTableStats", e))
         return response
 
     async def limit_scan(self, request: pb.LimitScanRequest, ctx: RequestContext) -> pb.LimitScanResponse:

@@ -34,13 +34,23 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
-from strom.record.log_batch import SCHEMA_ID_OFFSET, LogBatchHeader, iter_batches, read_header
+from strom.record.batch_statistics import parse_statistics, statistics_may_match
+from strom.record.log_batch import (
+    LOG_MAGIC_V1,
+    SCHEMA_ID_OFFSET,
+    V1_HEADER_SIZE,
+    LogBatchHeader,
+    iter_batches,
+    read_header,
+    records_offset,
+)
 from strom.record.schema_evolution import evolve_arrow_batch
 from strom.rpc.encoded import EncodedResponse
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.rpc.wire_fields import length_delimited
 from strom.server.tablet.fetch_response import encode_fetch_response
+from strom.server.tablet.log.log_tablet import AppendResult, wait_durable
 from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
@@ -159,6 +169,7 @@ class LogService:
             raise InvalidRequiredAcksError(f"acks must be -1 (all), 0 or 1, got {request.acks}")
         response = pb.ProduceLogResponse()
         waits: list[tuple[pb.PbProduceLogRespForBucket, Replica, int]] = []
+        syncs: list[tuple[pb.PbProduceLogRespForBucket, AppendResult]] = []
         views = _records_views(ctx.body, len(request.buckets_req))
         newest = max(
             (
@@ -197,6 +208,8 @@ class LogService:
                 replica.notify_appended()
                 replica.maybe_advance_high_watermark()
                 result.base_offset = appended.first_offset
+                if appended.durable is not None:
+                    syncs.append((result, appended))
                 if request.acks == -1:
                     waits.append((result, replica, appended.last_offset + 1))
             except FlussError as e:
@@ -212,6 +225,7 @@ class LogService:
                 if error is not None:
                     result.ClearField("base_offset")
                     _set_error(result, error)
+        await acknowledge_when_durable(syncs, "base_offset")
         return response
 
     async def learn_newer_schema(self, table_id: int, entries: Iterable[Any], schema_id: int) -> None:
@@ -332,9 +346,22 @@ class LogService:
             kept: list[bytes] = []
             skipped = False
             scanned_end = fetch_offset
+            by_stats = by_stats_bytes = 0
+            current_schema = replica.table_info.schema_id
             for pos, header in iter_batches(records):
                 scanned_end = header.next_offset
                 buf = records
+                if (
+                    plan.batch_filter is not None
+                    and header.magic == LOG_MAGIC_V1
+                    and header.schema_id == current_schema  # positions are the current schema's
+                    and not self._statistics_may_match(plan, records, pos, header)
+                ):
+                    # the statistics prove no row matches: no Arrow decoding at all
+                    skipped = True
+                    by_stats += 1
+                    by_stats_bytes += header.size
+                    continue
                 if plan.evolution is not None:
                     buf, pos, header = plan.evolution.batch(records, pos, header)
                 if plan.batch_filter is not None:
@@ -351,8 +378,32 @@ class LogService:
             if skipped:
                 # lets the client move past batches the filter pruned
                 result.filtered_end_offset = scanned_end
+            if by_stats and self.traffic is not None:
+                self.traffic.skipped_by_statistics(replica.database, replica.table, by_stats, by_stats_bytes)
             records = b"".join(kept)
         return len(scanned), records
+
+    @staticmethod
+    def _statistics_may_match(plan: _TableRead, records: bytes, pos: int, header: LogBatchHeader) -> bool:
+        """Whether a V1 batch's statistics leave room for a row matching the fetch's filter (stored
+        batches were validated on append, so a block that fails to parse now only means: unsure)."""
+        assert plan.batch_filter is not None
+        try:
+            start = records_offset(records, pos, header)
+            stats = parse_statistics(
+                records, pos + V1_HEADER_SIZE, start, header.record_count, plan.arrow_schema
+            )
+        except CorruptRecordError:
+            return True
+        if stats is None:
+            return True
+        return statistics_may_match(
+            plan.batch_filter.predicate,
+            stats,
+            plan.batch_filter.column_of_field,
+            plan.arrow_schema,
+            header.record_count,
+        )
 
     def _read_for_follower(
         self,
@@ -570,3 +621,15 @@ def wake(waiters: Iterable[asyncio.Future[None]]) -> None:
     for waiter in waiters:
         if not waiter.done():
             waiter.set_result(None)
+
+
+async def acknowledge_when_durable(syncs: list[tuple[Any, AppendResult]], offset_field: str) -> None:
+    """With log.flush.interval-messages: a write is answered once the fsync its append started is
+    done (off the event loop); a failed fsync fails it."""
+    for result, appended in syncs:
+        try:
+            await wait_durable(appended)
+        except FlussError as e:
+            if not result.HasField("error_code") or result.error_code == 0:
+                result.ClearField(offset_field)
+                _set_error(result, e)

@@ -24,7 +24,7 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.server.tablet.log.leader_epoch import UNDEFINED, EpochEntry
-from strom.server.tablet.log.log_tablet import LogTablet
+from strom.server.tablet.log.log_tablet import AppendResult, LogTablet, wait_durable
 from strom.server.tablet.replica_manager import Replica
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,15 @@ class ReplicaFetcherManager:
                 log.debug("fetch from leader %d failed: %s", leader, e)
                 await asyncio.sleep(self.settings.backoff)
                 continue
-            errors = self._apply(leader, buckets, sent, response)
+            errors, syncs = self._apply(leader, buckets, sent, response)
+            # log.flush.interval-messages: the next fetch reports our log end to the leader, which
+            # counts it towards acknowledging acks=all writes; it waits for the fsync of what came
+            for appended in syncs:
+                try:
+                    await wait_durable(appended)
+                except FlussError as e:
+                    errors += 1
+                    log.error("follower fsync failed: %s", e)
             if errors:
                 await asyncio.sleep(self.settings.backoff)
 
@@ -241,8 +249,10 @@ class ReplicaFetcherManager:
         buckets: dict[TableBucket, Replica],
         sent: dict[TableBucket, _Sent],
         response: pb.FetchLogResponse,
-    ) -> int:
+    ) -> tuple[int, list[AppendResult]]:
+        """Appends what the leader sent; returns the errors and the appends whose fsync is pending."""
         errors = 0
+        syncs: list[AppendResult] = []
         for table in response.tables_resp:
             for result in table.buckets_resp:
                 partition = result.partition_id if result.HasField("partition_id") else None
@@ -274,7 +284,9 @@ class ReplicaFetcherManager:
                     continue
                 try:
                     if result.HasField("records") and result.records:
-                        tablet.append_as_follower(result.records, replica.batch_check())
+                        appended = tablet.append_as_follower(result.records, replica.batch_check())
+                        if appended.durable is not None:
+                            syncs.append(appended)
                         self.on_replicated(len(result.records))
                         replica.adopt_leader_epochs()
                         replica.notify_appended()
@@ -287,7 +299,7 @@ class ReplicaFetcherManager:
                     log.warning("follower append of %s failed: %s", replica.bucket, e)
                     if isinstance(e, SchemaNotExistError):
                         self.on_unknown_schema(replica.bucket.table_id)
-        return errors
+        return errors, syncs
 
     @staticmethod
     def _reset(replica: Replica, result: pb.PbFetchLogRespForBucket) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,10 @@ from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
 
 log = logging.getLogger(__name__)
+
+# New replicas whose files open at once (`take_leadership`): the opens wait on file syncs, which
+# overlap on the disk, not on the GIL.
+OPEN_CONCURRENCY = 8
 
 
 @dataclass
@@ -320,9 +325,12 @@ class ReplicaManager:
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
         self.on_stopped: Callable[[Replica], None] = lambda replica: None
-        # a new replica's log opens in an executor (`take_leadership`): one at a time, so two notices of
-        # one new bucket never open its files twice; a stop that comes meanwhile is remembered here
-        self._opening = asyncio.Lock()
+        # a new replica's log opens in an executor (`take_leadership`), OPEN_CONCURRENCY buckets at a
+        # time (each open syncs a few files: one at a time, 2,048 new buckets took ~40 s); one bucket's
+        # files are opened by one caller at a time (the future of that open, here), so two notices of
+        # one new bucket never open its files twice; a stop that comes meanwhile is remembered
+        self._opening: dict[TableBucket, asyncio.Future[None]] = {}
+        self._open_slots = asyncio.Semaphore(OPEN_CONCURRENCY)
         self._stopped_while_opening: set[TableBucket] = set()
 
     def get(self, bucket: TableBucket) -> Replica:
@@ -344,6 +352,19 @@ class ReplicaManager:
             )
         return replica
 
+    @contextlib.asynccontextmanager
+    async def _opening_files(self, bucket: TableBucket) -> AsyncIterator[None]:
+        """Exclusive use of one bucket's files while they open: waits for another open of them."""
+        while (other := self._opening.get(bucket)) is not None:
+            await asyncio.shield(other)
+        done = asyncio.get_running_loop().create_future()
+        self._opening[bucket] = done
+        try:
+            yield
+        finally:
+            del self._opening[bucket]
+            done.set_result(None)
+
     async def take_leadership(
         self,
         bucket: TableBucket,
@@ -360,8 +381,8 @@ class ReplicaManager:
     ) -> Replica:
         """`become_leader_or_follower`, with a new replica's log opened in an executor: opening recovers
         the log (reads and checks every unflushed batch, may truncate a torn tail), which must not stall
-        the event loop."""
-        async with self._opening:
+        the event loop. Several buckets open at once; one bucket's opens follow each other."""
+        async with self._opening_files(bucket):
             opened: LogTablet | None = None
             if bucket not in self.replicas and self.server_id in replicas:
                 directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
@@ -372,9 +393,16 @@ class ReplicaManager:
                     # replica.json too: its durable write is two fsyncs
                     directory.mkdir(parents=True, exist_ok=True)
                     _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
-                    return LogTablet.open(directory / "log", config)
+                    tablet = LogTablet.open(directory / "log", config)
+                    if leader == self.server_id:
+                        # the leader epoch's entry, which become_leader_or_follower would write (and
+                        # fsync) on the event loop; should it refuse the leadership, the entry names
+                        # an epoch with no records in it, which truncation by epoch passes over
+                        tablet.leader_epochs.assign(leader_epoch, tablet.log_end_offset)
+                    return tablet
 
-                opened = await asyncio.to_thread(open_replica)
+                async with self._open_slots:
+                    opened = await asyncio.to_thread(open_replica)
                 if bucket in self._stopped_while_opening:  # stopped (or dropped) while its files opened
                     self._stopped_while_opening.discard(bucket)
                     opened.close()
@@ -403,7 +431,7 @@ class ReplicaManager:
         recovered: a torn tail is cut) and closed again, or None when there is none. The coordinator
         asks before a last-resort election, to elect the replica with the longest log. The caller
         reads the closed tablet's log end and leader epochs only."""
-        async with self._opening:  # never beside take_leadership opening the same files
+        async with self._opening_files(bucket):  # never beside take_leadership opening the same files
             if bucket in self.replicas:
                 return self.replicas[bucket].log
             directory = self._directory_on_disk(bucket)
@@ -517,7 +545,7 @@ class ReplicaManager:
         """Close (and with `delete` remove) a replica. A request from an older leader epoch than this
         replica's is refused: it was decided before the leadership this replica has now."""
         current = self.replicas.get(bucket)
-        if current is None and self._opening.locked():
+        if current is None and bucket in self._opening:
             self._stopped_while_opening.add(bucket)
         if current is not None and leader_epoch is not None and leader_epoch < current.leader_epoch:
             raise FencedLeaderEpochError(

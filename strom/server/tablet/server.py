@@ -26,6 +26,7 @@ from strom.common.errors import (
     FlussError,
     LakeSnapshotNotExistError,
     LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
     UnknownTableOrBucketError,
 )
 from strom.common.schema import Schema
@@ -44,7 +45,9 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.limits import RpcLimits
 from strom.rpc.server import Handler, RequestContext
 from strom.security.layer import SecurityLayer, SecuritySettings
-from strom.security.listeners import ListenerSettings, endpoint_on
+from strom.security.listeners import ListenerSettings, endpoint_map, endpoint_on, format_endpoints
+from strom.server.dynamic_config import DYNAMIC, DynamicConfig
+from strom.server.kafka import KAFKA_METRIC_NAMES, BrokerContext, kafka_listener_names, kafka_listeners
 from strom.server.rpc_listeners import ListenerGroup
 from strom.server.server_options import check_server_config, option_value, remote_data_dir
 from strom.server.tablet.acl_sync import AclSync
@@ -87,6 +90,44 @@ FORWARDED_TO_COORDINATOR = (
 )
 
 
+# How long a graceful stop lets running requests finish: an acks=all write needs one follower fetch
+# (log.replica.fetch.wait-max-time, 500 ms by default, returns early on new data) to be acknowledged.
+STOP_GRACE_S = 2.0
+# then, once leadership moved, until clients stopped coming (each refused one asks for new metadata)
+STOP_QUIET_S = 0.3
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+
+# Requests about the data of a bucket this server hosts. While it stops they are refused with
+# NOT_LEADER_OR_FOLLOWER, which Fluss clients (pyfluss included) answer by refreshing their metadata and
+# retrying, as after a leader change; the rest (metadata, admin calls passed on to the coordinator,
+# writer ids) are still served, as they do not depend on this server's replicas.
+_BUCKET_DATA_APIS = frozenset(
+    {
+        ApiKey.PRODUCE_LOG,
+        ApiKey.FETCH_LOG,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.PUT_KV,
+        ApiKey.LOOKUP,
+        ApiKey.PREFIX_LOOKUP,
+        ApiKey.LIMIT_SCAN,
+        ApiKey.GET_TABLE_STATS,
+    }
+)
+
+
+# the requests a stop lets finish; the rest (long-polling fetches above all) are answered at the close
+_FINISH_BEFORE_STOP = _BUCKET_DATA_APIS - {ApiKey.FETCH_LOG}
+
+
+def _refuse_while_stopping(key: ApiKey, request: Any) -> FlussError | None:
+    """The refusal of a stopping tablet server (RpcServer.drain)."""
+    if key not in _BUCKET_DATA_APIS:
+        return None
+    if key == ApiKey.FETCH_LOG and request is not None and request.follower_server_id >= 0:
+        return None  # a follower's fetch: it is what acknowledges the acks=all writes still running
+    return NotLeaderOrFollowerError("the tablet server is shutting down; its buckets move to other replicas")
+
+
 class TabletServer:
     def __init__(
         self,
@@ -114,7 +155,7 @@ class TabletServer:
         # advertised listeners of the coordinator and the tablet servers, for Metadata answered here
         self._coordinator_listeners: str | None = None
         self._server_listeners: dict[int, str] = {}
-        self.pool = ConnectionPool(sasl=security.internal_login)
+        self.pool = ConnectionPool(sasl=security.internal_login, tls=security.internal_tls)
         self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
         self.metrics = Metrics("tabletserver")
         self.metrics_server: MetricsServer | None = None
@@ -167,6 +208,9 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
         )
+        self.dynamic_config = DynamicConfig(self.config)
+        self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
+        self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
         remote_root = remote_data_dir(self.config)
         self.remote_logs = (
             RemoteLogManager(
@@ -208,6 +252,7 @@ class TabletServer:
                 ApiKey.FETCH_LOG: self.log_service.fetch_log,
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
+                ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
@@ -216,14 +261,33 @@ class TabletServer:
                 ApiKey.DESCRIBE_REPLICAS: self._describe_replicas,
             }
         )
+        limits = RpcLimits.from_config(self.config)
+        observer = RequestMetrics(self.metrics, KAFKA_METRIC_NAMES)
+        self.kafka_listener_names = kafka_listener_names(self.config, listeners)
         self.rpc = ListenerGroup(
             name=f"tablet server {server_id}",
             listeners=listeners,
             handlers=handlers,
             server_type=ServerType.TABLET_SERVER,
-            limits=RpcLimits.from_config(self.config),
+            limits=limits,
             security=self.security,
-            observer=RequestMetrics(self.metrics),
+            observer=observer,
+            # the one place the Kafka protocol joins the tablet server
+            others=kafka_listeners(
+                f"tablet server {server_id}",
+                listeners,
+                self.kafka_listener_names,
+                BrokerContext(
+                    server_id=server_id,
+                    database=self.config.get(options.KAFKA_DATABASE),
+                    replicas=self.replica_manager,
+                    log_service=self.log_service,
+                    coordinator=self._pass_on,
+                    brokers=self._kafka_brokers,
+                ),
+                limits,
+                observer,
+            ),
         )
         self.acl_sync = (
             AclSync(
@@ -269,10 +333,9 @@ class TabletServer:
             interval = self.config.get(options.REMOTE_LOG_TASK_INTERVAL_DURATION).total_seconds()
             remote_logs = self.remote_logs
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
-        snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
-        supervise(
-            lambda: self.kv_manager.run_snapshots(snapshot_interval), name="kv-snapshots", tasks=self._tasks
-        )
+        self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
+        supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
             supervise(
@@ -280,21 +343,75 @@ class TabletServer:
             )
 
     async def stop(self) -> None:
+        """A controlled stop (SIGTERM), as Fluss's: clients are turned away with a retriable error while
+        the requests already running finish (an acks=all write still reaches its followers, whose
+        fetches are served); the coordinator moves this server's leadership; the listeners stay open
+        until the refused clients have asked for the new leaders; then everything closes, what still
+        runs answered with an error. A client is never left with a request that no one answers."""
+        began = time.monotonic()
+        unfinished = await self.rpc.drain(_refuse_while_stopping, STOP_GRACE_S, _FINISH_BEFORE_STOP)
+        drained = time.monotonic()
+        if unfinished:
+            log.warning(
+                "stopping: %d request(s) still running after %.0f s are answered with an error",
+                unfinished,
+                STOP_GRACE_S,
+            )
+        # the heartbeats end first: a session the coordinator closed must not be renewed
         await self._tasks.close()
+        await self._controlled_shutdown()
         self._stop_counting_supervision()
         if self.zookeeper is not None:
             await self.zookeeper.stop()
+        moved = time.monotonic()
+        await self.rpc.quiet(STOP_QUIET_S, STOP_GRACE_S)
+        quiet = time.monotonic()
         await self.fetchers.close()
         await self.rpc.close()
         await self.pool.close()
         await self.kv_manager.aclose()
+        # Closing fsyncs every log and checkpoint (seconds for many replicas): blocking disk work, so in
+        # the executor like all other. Nothing else touches the replicas now: requests, fetchers and
+        # background tasks have all ended.
+        await asyncio.get_running_loop().run_in_executor(None, self._close_replicas)
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+        log.info(
+            "stopped in %.2f s: requests drained in %.2f s, leadership moved in %.2f s, clients gone "
+            "in %.2f s, closed in %.2f s",
+            time.monotonic() - began,
+            drained - began,
+            moved - drained,
+            quiet - moved,
+            time.monotonic() - quiet,
+        )
+
+    def _close_replicas(self) -> None:
         self.replica_manager.close()
         # only now is everything on disk: the next start may trust its replicas
         self.clean_shutdown.record()
-        if self.metrics_server is not None:
-            self.metrics_server.close()
 
     # ---- membership
+
+    async def _controlled_shutdown(self) -> None:
+        """Asks the coordinator to move this server's leadership before it stops (ControlledShutdown).
+        Without an answer the stop goes on: the coordinator then learns it from the closed port (or
+        ZooKeeper), as for a crash."""
+        if self.coordinator is None:
+            return
+        request = pb.ControlledShutdownRequest(tablet_server_id=self.server_id, tablet_server_epoch=-1)
+        try:
+            response = await self._coordinator_request(
+                ApiKey.CONTROLLED_SHUTDOWN, request, timeout=CONTROLLED_SHUTDOWN_TIMEOUT_S
+            )
+        except Exception as e:  # the stop must go on whatever the coordinator did
+            log.warning("controlled shutdown: the coordinator did not move our leadership: %s", e)
+            return
+        remaining = len(response.remaining_leader_buckets)
+        log.info(
+            "controlled shutdown: the coordinator moved our leadership%s",
+            f"; {remaining} bucket(s) have no other replica to lead them" if remaining else "",
+        )
 
     def _active_coordinator(self) -> tuple[str, int]:
         """The active coordinator's address; with ZooKeeper there may be none for a while."""
@@ -520,7 +637,9 @@ class TabletServer:
         response = await self._coordinator_request(ApiKey.ALLOCATE_AUTO_INCREMENT_IDS, request, timeout=10)
         return int(response.start)
 
-    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> None:
+    async def _commit_kv_snapshot(self, snapshot: CompletedSnapshot, leader_epoch: int) -> frozenset[int]:
+        """Commit a snapshot to the coordinator; returns the snapshot ids of the bucket the coordinator
+        still lists (the retained ones and those a reader leased), which retention must keep."""
         await self._coordinator_request(
             ApiKey.COMMIT_KV_SNAPSHOT,
             pb.CommitKvSnapshotRequest(
@@ -529,6 +648,12 @@ class TabletServer:
                 bucket_leader_epoch=leader_epoch,
             ),
         )
+        bucket = snapshot.bucket
+        listing = pb.ListKvSnapshotsRequest(table_id=bucket.table_id)
+        if bucket.partition_id is not None:
+            listing.partition_id = bucket.partition_id
+        listed = await self._coordinator_request(ApiKey.LIST_KV_SNAPSHOTS, listing)
+        return frozenset(s.snapshot_id for s in listed.active_snapshots if s.bucket_id == bucket.bucket)
 
     # ---- in-sync replicas
 
@@ -718,6 +843,40 @@ class TabletServer:
 
     # ---- handlers
 
+    # ---- dynamic cluster configs (AlterClusterConfigs on the coordinator)
+
+    def _set_min_isr(self, value: int) -> None:
+        self.log_service.min_in_sync_replicas = value or 1
+        self.kv_service.min_in_sync_replicas = value or 1
+
+    def _set_snapshot_interval(self, value: Any) -> None:
+        self.kv_manager.snapshot_interval = value.total_seconds()
+
+    async def _dynamic_config_loop(self) -> None:
+        """Read the cluster's dynamic configs from the coordinator and apply what changed. A failed
+        read is logged and retried on the next round; the values stay as they were meanwhile."""
+        interval = self.config.get(options.SERVER_DYNAMIC_CONFIG_REFRESH_INTERVAL).total_seconds()
+        failing = False
+        while True:
+            try:
+                response = await self._pass_on(
+                    ApiKey.DESCRIBE_CLUSTER_CONFIGS, pb.DescribeClusterConfigsRequest()
+                )
+            except (FlussError, OSError) as e:
+                if not failing:  # once per outage, not every round
+                    log.info(
+                        "could not read the dynamic cluster configs (retrying every %.1f s): %s", interval, e
+                    )
+                failing = True
+            else:
+                if failing:
+                    log.info("read the dynamic cluster configs again")
+                failing = False
+                self.dynamic_config.update(
+                    {c.config_key: c.config_value for c in response.configs if c.config_source == DYNAMIC}
+                )
+            await asyncio.sleep(interval)
+
     async def _forward(self, request: Message, ctx: RequestContext) -> Message:
         return await self._pass_on(_KEY_BY_REQUEST_TYPE[type(request)], request)
 
@@ -781,6 +940,21 @@ class TabletServer:
             unclean_shutdown=self.clean_shutdown.unclean,
         )
 
+    def _kafka_brokers(self) -> dict[int, tuple[str, int]]:
+        """Every live tablet server's Kafka address (by the first Kafka listener it advertises)."""
+        found: dict[int, tuple[str, int]] = {}
+        listeners = dict(self._server_listeners)
+        listeners[self.server_id] = format_endpoints(self.rpc.listeners.advertised)
+        for node_id, text in listeners.items():
+            if node_id != self.server_id and node_id not in self.live_servers:
+                continue
+            endpoints = endpoint_map(text)
+            for name in self.kafka_listener_names:
+                if name in endpoints:
+                    found[node_id] = endpoints[name]
+                    break
+        return found
+
     def _table_path(self, table_id: int) -> TablePath | None:
         info = self._table_infos.get(table_id)
         return None if info is None else info.table_path
@@ -806,42 +980,49 @@ class TabletServer:
         self, request: pb.NotifyLeaderAndIsrRequest, ctx: RequestContext
     ) -> Message:
         response = pb.NotifyLeaderAndIsrResponse()
-        for entry in request.notify_buckets_leader_req:
-            bucket = TableBucket.from_pb(entry.table_bucket)
-            result = response.notify_buckets_leader_resp.add()
-            result.table_bucket.CopyFrom(entry.table_bucket)
-            try:
-                path = entry.physical_table_path
-                table_info = await self._table_info(
-                    bucket.table_id, TablePath(path.database_name, path.table_name)
-                )
-                known = table_info.table_path
-                if (path.database_name, path.table_name) != (known.database_name, known.table_name):
-                    raise UnknownTableOrBucketError(
-                        f"table id {bucket.table_id} is '{known}', "
-                        f"not '{path.database_name}.{path.table_name}'"
-                    )
-                if not 0 <= bucket.bucket < table_info.bucket_count:
-                    raise UnknownTableOrBucketError(
-                        f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
-                    )
-                replica = await self.replica_manager.take_leadership(
-                    bucket,
-                    database=known.database_name,
-                    table=known.table_name,
-                    partition_name=path.partition_name if path.HasField("partition_name") else None,
-                    table_info=table_info,
-                    leader=entry.leader,
-                    leader_epoch=entry.leader_epoch,
-                    replicas=tuple(entry.replicas),
-                    isr=tuple(entry.isr),
-                    bucket_epoch=entry.bucket_epoch,
-                )
-                replica.schema_history = self._schema_histories.setdefault(bucket.table_id, {})
-            except FlussError as e:
-                result.error_code = e.code
-                result.error_message = e.message
+        # every bucket at once: new replicas open their files OPEN_CONCURRENCY at a time (replica_manager)
+        await asyncio.gather(
+            *(
+                self._take_leadership(entry, response.notify_buckets_leader_resp.add())
+                for entry in request.notify_buckets_leader_req
+            )
+        )
         return response
+
+    async def _take_leadership(self, entry: Any, result: Any) -> None:
+        """One bucket of a NotifyLeaderAndIsr; its outcome goes into `result`."""
+        bucket = TableBucket.from_pb(entry.table_bucket)
+        result.table_bucket.CopyFrom(entry.table_bucket)
+        try:
+            path = entry.physical_table_path
+            table_info = await self._table_info(
+                bucket.table_id, TablePath(path.database_name, path.table_name)
+            )
+            known = table_info.table_path
+            if (path.database_name, path.table_name) != (known.database_name, known.table_name):
+                raise UnknownTableOrBucketError(
+                    f"table id {bucket.table_id} is '{known}', not '{path.database_name}.{path.table_name}'"
+                )
+            if not 0 <= bucket.bucket < table_info.bucket_count:
+                raise UnknownTableOrBucketError(
+                    f"table '{known}' has {table_info.bucket_count} buckets, not a bucket {bucket.bucket}"
+                )
+            replica = await self.replica_manager.take_leadership(
+                bucket,
+                database=known.database_name,
+                table=known.table_name,
+                partition_name=path.partition_name if path.HasField("partition_name") else None,
+                table_info=table_info,
+                leader=entry.leader,
+                leader_epoch=entry.leader_epoch,
+                replicas=tuple(entry.replicas),
+                isr=tuple(entry.isr),
+                bucket_epoch=entry.bucket_epoch,
+            )
+            replica.schema_history = self._schema_histories.setdefault(bucket.table_id, {})
+        except FlussError as e:
+            result.error_code = e.code
+            result.error_message = e.message
 
     async def _notify_lake_table_offset(
         self, request: pb.NotifyLakeTableOffsetRequest, ctx: RequestContext

@@ -9,6 +9,17 @@ replayed, which needs the log from offset 0. At most `kv.open.concurrency` table
 request for a tablet that has not started opening yet (`leader_tablet`) opens it at once, without
 waiting for its turn, and a request for one that is opening waits for that tablet only.
 
+A small tablet has no database until it needs one (pending_store.py says why): a bucket whose log is
+empty (a new table, a new partition), or whose changelog holds fewer than PENDING_MAX_LOG_RECORDS
+changes and no snapshot (a restart), opens from memory (`KvTablet.pending`, replaying that changelog
+into memory). Its database is created, one at a time in the background, once its rows pass
+PENDING_TABLET_BYTES or its changelog PENDING_MAX_LOG_RECORDS, or a snapshot of it is asked for;
+while every pending tablet together holds more than `pending_budget_bytes`, a request for a pending
+tablet waits for its database, which goes to the front of the queue. So 2,048 new buckets take their
+first writes without 2,048 database creations (each 30-70 ms, with rocksdict holding the GIL: it
+stalls the event loop too). A snapshot (the periodic round included) of a pending tablet that holds
+changes creates its database first: the creations move from the first write to the snapshot round.
+
 Every tablet's RocksDB shares the server's block cache and write-buffer budget (shared_rocksdb.py).
 A tablet that had no write for `kv.rocksdb.idle-flush.interval` flushes its memtables
 (`run_idle_flush`), handing their memory back to the shared budget.
@@ -27,14 +38,17 @@ import asyncio
 import logging
 import shutil
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from strom.common.errors import InvalidConfigError, KvStorageError, NotLeaderOrFollowerError
 from strom.common.supervision import spawn
 from strom.common.table_bucket import TableBucket
 from strom.server.tablet.kv.kv_tablet import KvTablet
+from strom.server.tablet.kv.pending_store import PendingBudget
 from strom.server.tablet.kv.recovery import DEFAULT_READ_BYTES, iter_recover
 from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.kv.snapshot import (
@@ -46,7 +60,10 @@ from strom.server.tablet.kv.snapshot import (
 )
 from strom.server.tablet.replica_manager import Replica
 
-__all__ = ["KV_DIR", "CommitSnapshot", "KvManager"]
+if TYPE_CHECKING:
+    from rocksdict import Rdict
+
+__all__ = ["KV_DIR", "PENDING_BUDGET_BYTES", "CommitSnapshot", "KvManager"]
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +73,28 @@ KV_DIR = "kv"  # <replica dir>/kv/{db, snapshots}
 # not worth it for the few KB of a tablet holding a handful of rows.
 IDLE_FLUSH_MIN_BYTES = 1 << 20
 
+# The rows every tablet still waiting for its database may hold in memory together, per server: a
+# new table's first writes fit many times over, and a bulk load into one waits for the databases
+# instead of growing the heap.
+PENDING_BUDGET_BYTES = 64 << 20
+# A pending tablet gets its database past either bound: rows worth a database of their own, or a
+# changelog long enough that replaying it at every restart would cost more than a snapshot.
+PENDING_TABLET_BYTES = 1 << 20
+PENDING_MAX_LOG_RECORDS = 4096
+
 # Called with each uploaded snapshot and the leader epoch it was taken under (CommitKvSnapshot).
-CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[None]]
+# commits a snapshot; answers the snapshot ids of the bucket that must survive retention (leased ones)
+CommitSnapshot = Callable[[CompletedSnapshot, int], Awaitable[frozenset[int] | None]]
 
 
 _Restored = tuple[CompletedSnapshot | None, KvSnapshotter | None, KvTablet]
 
 
-def _close_opened(done: asyncio.Future[_Restored]) -> None:
+def _close_opened(done: asyncio.Future[_Restored | None]) -> None:
     if not done.cancelled() and done.exception() is None:
-        done.result()[2].close()
+        restored = done.result()
+        if restored is not None:
+            restored[2].close()
 
 
 @dataclass
@@ -74,6 +103,8 @@ class _Open:
     kv: KvTablet
     leader_epoch: int
     snapshotter: KvSnapshotter | None
+    # set once a pending tablet's database is attached, or its creation failed or was abandoned
+    db_ready: asyncio.Future[None] | None = None
 
     def is_current(self, replica: Replica) -> bool:
         return (
@@ -94,6 +125,7 @@ class KvManager:
         rocksdb: SharedRocksDb | None = None,
         open_concurrency: int = 4,
         recover_read_bytes: int = DEFAULT_READ_BYTES,
+        pending_budget_bytes: int = PENDING_BUDGET_BYTES,
         executor: Executor | None = None,
         commit_snapshot: CommitSnapshot | None = None,
         on_snapshot: Callable[[Replica, CompletedSnapshot, float], None] = lambda replica, done, seconds: (
@@ -103,6 +135,7 @@ class KvManager:
         self.server_id = server_id
         self.remote_data_dir = remote_data_dir
         self.snapshot_num_retained = snapshot_num_retained
+        self.snapshot_interval = 600.0  # kv.snapshot.interval in seconds, set by the server
         self.rocksdb = rocksdb or SharedRocksDb()
         if open_concurrency < 1:
             raise InvalidConfigError(f"kv.open.concurrency must be at least 1, not {open_concurrency}")
@@ -126,6 +159,12 @@ class KvManager:
         # for its close (RocksDB's lock on the directory, and the open clears the directory first).
         self._close_executor = ThreadPoolExecutor(2, thread_name_prefix="kv-close")
         self._closing: dict[TableBucket, asyncio.Future[None]] = {}
+        # pending tablets whose database is still to be created, in turn, and the creations under way
+        self._pending_budget = PendingBudget(pending_budget_bytes)
+        self._to_create: OrderedDict[TableBucket, _Open] = OrderedDict()
+        self._creators = 0
+        self._creating: dict[TableBucket, asyncio.Task[None]] = {}
+        self._creating_entry: dict[TableBucket, _Open] = {}
 
     # ---- access ------------------------------------------------------------------------------
 
@@ -172,8 +211,11 @@ class KvManager:
                 )
 
     def opening(self) -> int:
-        """Tablets waiting for their turn to open or opening now."""
-        return len(self._scheduled.keys() | self._opening.keys())
+        """Tablets waiting for their turn to open or opening now, or serving from memory while their
+        database is created."""
+        return len(
+            self._scheduled.keys() | self._opening.keys() | self._to_create.keys() | self._creating.keys()
+        )
 
     async def leader_tablet(self, replica: Replica) -> KvTablet:
         """The KV tablet of a replica this server leads: the open one, or the one being opened, or
@@ -182,7 +224,16 @@ class KvManager:
         entry = self._tablets.get(bucket)
         if entry is not None:
             if entry.is_current(replica):
-                return entry.kv
+                kv = entry.kv
+                if kv.is_pending:
+                    if self._pending_budget.exhausted:
+                        await self._wait_for_db(entry)
+                    elif (
+                        kv.pending_bytes() > PENDING_TABLET_BYTES
+                        or kv.log.log_end_offset > PENDING_MAX_LOG_RECORDS
+                    ):
+                        self._queue_db(entry)
+                return kv
             self._close(bucket)
         opening = self._opening.get(bucket)
         if opening is None:
@@ -236,14 +287,22 @@ class KvManager:
         closing = self._closing.get(bucket)
         if closing is not None:
             await asyncio.shield(closing)  # never fails: _close_tablet logs
+        creating = self._creating.get(bucket)
+        if creating is not None:  # an earlier leadership's database, which it closes when it sees it stale
+            await asyncio.shield(creating)  # never fails: _create_db logs
         log_end = log_tablet.log_end_offset
+        if log_end == 0:
+            return self._open_pending(replica)
 
-        def restore_and_open() -> _Restored:
-            # Rebuilt from scratch each leadership: the local database may be ahead of a truncated log.
-            shutil.rmtree(kv_dir, ignore_errors=True)
+        def restore_and_open() -> _Restored | None:
             snapshot = snapshotter = None
             if store is not None:
                 snapshot = store.latest(max_log_offset=log_end)
+            if snapshot is None and log_end <= PENDING_MAX_LOG_RECORDS:
+                return None  # a short changelog and no snapshot: rebuilt in memory
+            # Rebuilt from scratch each leadership: the local database may be ahead of a truncated log.
+            shutil.rmtree(kv_dir, ignore_errors=True)
+            if store is not None:
                 if snapshot is not None:
                     restore_snapshot(snapshot, db_dir, store)
                 snapshotter = KvSnapshotter(
@@ -263,11 +322,32 @@ class KvManager:
         loop = asyncio.get_running_loop()
         pending = loop.run_in_executor(self._open_executor, restore_and_open)
         try:
-            snapshot, snapshotter, kv = await asyncio.shield(pending)
+            restored = await asyncio.shield(pending)
         except asyncio.CancelledError:
             # the thread goes on: close what it opens, or the database stays locked for the next open
             pending.add_done_callback(_close_opened)
             raise
+        if restored is None:
+            entry = self._pending_entry(replica)
+            try:
+                for _ in iter_recover(entry.kv, log_tablet, 0, 0, read_bytes=self.recover_read_bytes):
+                    await asyncio.sleep(0)
+            except BaseException:
+                entry.kv.close()
+                raise
+            if replica.log is not log_tablet or replica.leader_epoch != epoch:
+                entry.kv.close()
+                raise NotLeaderOrFollowerError(
+                    f"the leadership of {bucket} changed while its kv tablet opened"
+                )
+            self._tablets[bucket] = entry
+            log.info(
+                "opened kv tablet of %s in memory from its changelog (%d changes, no snapshot)",
+                bucket,
+                log_end,
+            )
+            return entry
+        snapshot, snapshotter, kv = restored
         start = 0 if snapshot is None else snapshot.log_offset
         row_count = 0 if snapshot is None else snapshot.row_count
         kv.use_schemas(replica.schema_history)
@@ -290,6 +370,118 @@ class KvManager:
         entry = _Open(replica, kv, epoch, snapshotter)
         self._tablets[bucket] = entry
         return entry
+
+    def _open_pending(self, replica: Replica) -> _Open:
+        """The tablet of a bucket with an empty log: serving from memory now."""
+        entry = self._pending_entry(replica)
+        self._tablets[replica.bucket] = entry
+        log.info("opened kv tablet of %s in memory (no database until it grows)", replica.bucket)
+        return entry
+
+    def _pending_entry(self, replica: Replica) -> _Open:
+        kv = KvTablet.pending(
+            replica.directory / KV_DIR / "db",
+            replica.table_info,
+            replica.log_tablet(),
+            self._pending_budget,
+            bucket=replica.bucket.bucket,
+        )
+        kv.use_schemas(replica.schema_history)
+        return _Open(replica, kv, replica.leader_epoch, None, asyncio.get_running_loop().create_future())
+
+    def _queue_db(self, entry: _Open, *, first: bool = False) -> None:
+        """Queue the creation of a pending tablet's database (`first`: ahead of the others)."""
+        bucket = entry.replica.bucket
+        if bucket in self._creating and self._creating_entry.get(bucket) is entry:
+            return
+        if self._to_create.get(bucket) is not entry:
+            self._to_create[bucket] = entry
+        if first:
+            self._to_create.move_to_end(bucket, last=False)
+        # one creation at a time: rocksdict holds the GIL while RocksDB creates a database, so more
+        # in parallel would only stall the event loop longer
+        if self._creators == 0:
+            self._creators += 1
+            spawn(self._create_dbs(), name="kv-create-db")
+
+    async def wait_for_db(self, bucket: TableBucket) -> None:
+        """Wait until the bucket's open tablet has its database (at once when it already has one)."""
+        entry = self._tablets.get(bucket)
+        if entry is not None and entry.kv.is_pending:
+            await self._wait_for_db(entry)
+
+    async def _wait_for_db(self, entry: _Open) -> None:
+        """The pending budget is spent: this tablet's database comes next, and the caller waits."""
+        bucket = entry.replica.bucket
+        self._queue_db(entry, first=True)
+        assert entry.db_ready is not None
+        await asyncio.shield(entry.db_ready)
+        if entry.kv.failed:
+            raise KvStorageError(f"creating the kv store of {bucket} failed; the next request rebuilds it")
+
+    async def _create_dbs(self) -> None:
+        """One of at most `open_concurrency` workers creating the queued tablets' databases."""
+        try:
+            while self._to_create:
+                bucket, entry = self._to_create.popitem(last=False)
+                async with self._open_turns:
+                    if self._tablets.get(bucket) is not entry:  # closed while it waited
+                        continue
+                    task = asyncio.ensure_future(self._create_db(bucket, entry))
+                    self._creating[bucket] = task
+                    self._creating_entry[bucket] = entry
+                    try:
+                        await asyncio.shield(task)
+                    finally:
+                        if self._creating.get(bucket) is task:
+                            del self._creating[bucket]
+                            del self._creating_entry[bucket]
+        finally:
+            self._creators -= 1
+
+    async def _create_db(self, bucket: TableBucket, entry: _Open) -> None:
+        """Create the database of a pending tablet and attach it; a tablet closed meanwhile gets its
+        database closed again (before a new leadership of the bucket clears the directory)."""
+        kv = entry.kv
+        ready = entry.db_ready
+        assert ready is not None
+        try:
+            if self._tablets.get(bucket) is not entry or not kv.is_pending or kv.failed:
+                return
+            store = self.snapshot_store(entry.replica)
+            kv_dir = entry.replica.directory / KV_DIR
+            retained = self.snapshot_num_retained
+
+            def create() -> tuple[Rdict, KvSnapshotter | None]:
+                shutil.rmtree(kv_dir, ignore_errors=True)
+                snapshotter = None
+                if store is not None:
+                    snapshotter = KvSnapshotter(store, kv_dir / "snapshots", num_retained=retained)
+                return KvTablet.create_db(kv_dir / "db", self.rocksdb), snapshotter
+
+            loop = asyncio.get_running_loop()
+            try:
+                db, snapshotter = await loop.run_in_executor(self._open_executor, create)
+            except Exception as e:
+                log.exception("creating the kv store of %s failed; the next request rebuilds it", bucket)
+                kv.mark_failed(e)
+                return
+            if self._tablets.get(bucket) is not entry or not kv.is_pending or kv.failed:
+                await loop.run_in_executor(self._close_executor, db.close)
+                return
+            try:
+                kv.attach_db(db)
+            except KvStorageError:
+                # the tablet is failed and owns the database now: the next request closes and rebuilds it
+                log.exception("moving the rows of kv tablet %s into its new store failed", bucket)
+                return
+            entry.snapshotter = snapshotter
+            log.info("opened kv tablet of %s: created its store, %d rows moved in", bucket, kv.row_count or 0)
+        except Exception:  # anything else (a cancelled executor at shutdown): logged, tablet unusable
+            log.exception("creating the kv store of %s failed", bucket)
+        finally:
+            if not ready.done():
+                ready.set_result(None)
 
     # ---- commits -----------------------------------------------------------------------------
 
@@ -320,6 +512,12 @@ class KvManager:
         """Take and upload a snapshot of an open tablet; None when there is no remote storage, a
         snapshot is already running, or nothing changed since the last one (unless `force`)."""
         entry = self._tablets.get(bucket)
+        if entry is not None and entry.kv.is_pending:
+            if not force and entry.kv.flushed_offset == 0:
+                return None  # nothing written: no database needed yet
+            await self._wait_for_db(entry)  # a snapshot is of the database: it comes first
+            if self._tablets.get(bucket) is not entry:
+                return None
         if entry is None or entry.snapshotter is None or entry.snapshotter.in_progress:
             return None
         snapshotter = entry.snapshotter
@@ -332,8 +530,8 @@ class KvManager:
         if self.commit_snapshot is not None:
             commit_fn = self.commit_snapshot
 
-            async def commit(completed: CompletedSnapshot) -> None:
-                await commit_fn(completed, epoch)
+            async def commit(completed: CompletedSnapshot) -> frozenset[int] | None:
+                return await commit_fn(completed, epoch)
 
         started = time.monotonic()
         completed = await snapshotter.snapshot(entry.kv, self.executor, commit)
@@ -394,10 +592,11 @@ class KvManager:
                 done.append(snapshot)
         return done
 
-    async def run_snapshots(self, interval_s: float) -> None:
-        """Snapshot every open tablet every `interval_s` seconds (`kv.snapshot.interval`), forever."""
+    async def run_snapshots(self) -> None:
+        """Snapshot every open tablet every `snapshot_interval` seconds (`kv.snapshot.interval`, which
+        a dynamic cluster config may change between rounds), forever."""
         while True:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.snapshot_interval)
             await self.snapshot_all()
 
     # ---- closing -----------------------------------------------------------------------------
@@ -407,6 +606,15 @@ class KvManager:
         loop); `_open` of the bucket waits for that close."""
         entry = self._tablets.pop(bucket, None)
         if entry is None:
+            return
+        if self._to_create.get(bucket) is entry:
+            del self._to_create[bucket]
+        if entry.kv.is_pending:
+            # no database to flush; on the loop, because the pending budget is counted there. A
+            # creation under way sees the tablet gone and closes its database (`_open` waits for it).
+            entry.kv.close()
+            if entry.db_ready is not None and not entry.db_ready.done():
+                entry.db_ready.set_result(None)
             return
         try:
             loop = asyncio.get_running_loop()
@@ -424,7 +632,7 @@ class KvManager:
 
     async def wait_closed(self) -> None:
         """Wait for the closes under way (before their directories' files are deleted)."""
-        pending = list(self._closing.values())
+        pending: list[asyncio.Future[None]] = [*self._closing.values(), *self._creating.values()]
         if pending:
             await asyncio.gather(*(asyncio.shield(f) for f in pending))
 
@@ -437,6 +645,7 @@ class KvManager:
         for task in list(self._scheduled.values()):
             task.cancel()
         self._scheduled.clear()
+        self._to_create.clear()
         for bucket in list(self._tablets):
             self._close(bucket)
         self._locks.clear()

@@ -27,6 +27,10 @@ the changelog (scanners, tiering, recovery) must treat such batches as advancing
 
 RocksDB runs without its own WAL: the changelog is the write-ahead log, and a tablet is always rebuilt
 from a snapshot plus the changelog after it (recovery.py).
+
+A tablet with nothing to restore (its bucket's log is empty) may start before its database exists
+(`KvTablet.pending`): its committed rows live in a `PendingStore` until the server has created the
+database and `attach_db` moved them there (pending_store.py says why).
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from strom.record.log_batch import NO_WRITER_ID
 from strom.record.schema_evolution import RowUpgrader
 from strom.server.tablet.kv.auto_increment import auto_increment_column
 from strom.server.tablet.kv.key_check import KeyCheck
+from strom.server.tablet.kv.pending_store import PendingBudget, PendingStore
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
 from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
 from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
@@ -113,7 +118,7 @@ class KvTablet:
     def __init__(
         self,
         directory: Path,
-        db: Rdict,
+        db: Rdict | PendingStore,
         table_info: TableInfo,
         log: LogTablet,
         flushed_offset: int,
@@ -124,7 +129,9 @@ class KvTablet:
         self.table_info = table_info
         self.log = log
         self.buffer = PreWriteBuffer()
-        self._db = db
+        # exactly one of the two: the database, or the rows waiting for it
+        self._db: Rdict | None = db if isinstance(db, Rdict) else None
+        self._pending: PendingStore | None = db if isinstance(db, PendingStore) else None
         self._flushed_offset = flushed_offset
         self._row_count = row_count
         self._wal_image = table_info.changelog_image is ChangelogImage.WAL
@@ -197,6 +204,31 @@ class KvTablet:
         refused (`KeyCheck`).
         """
         directory = Path(directory)
+        db = cls.create_db(directory, rocksdb)
+        if table_info.changelog_image is ChangelogImage.WAL:
+            row_count = None
+        return cls(directory, db, table_info, log, flushed_offset, row_count, bucket)
+
+    @classmethod
+    def pending(
+        cls,
+        directory: Path,
+        table_info: TableInfo,
+        log: LogTablet,
+        budget: PendingBudget,
+        *,
+        bucket: int | None = None,
+    ) -> KvTablet:
+        """An empty tablet whose database does not exist yet (its log must be empty): it serves at
+        once from memory; create the database with `create_db` (in an executor) and hand it to
+        `attach_db`. Touches no file."""
+        row_count = None if table_info.changelog_image is ChangelogImage.WAL else 0
+        return cls(Path(directory), PendingStore(budget), table_info, log, 0, row_count, bucket)
+
+    @staticmethod
+    def create_db(directory: Path, rocksdb: SharedRocksDb | None = None) -> Rdict:
+        """Open (creating when absent) the RocksDB database in `directory`, without RocksDB's WAL.
+        Blocking, tens of ms."""
         directory.parent.mkdir(parents=True, exist_ok=True)
         try:
             db = Rdict(str(directory), (rocksdb or SharedRocksDb()).options())
@@ -206,9 +238,42 @@ class KvTablet:
             db.set_write_options(write_options)
         except Exception as e:
             raise KvStorageError(f"cannot open the kv store in {directory}: {e}") from e
-        if table_info.changelog_image is ChangelogImage.WAL:
-            row_count = None
-        return cls(directory, db, table_info, log, flushed_offset, row_count, bucket)
+        return db
+
+    @property
+    def is_pending(self) -> bool:
+        """The database is not created yet: rows are held in memory (`attach_db` ends that)."""
+        return self._pending is not None
+
+    def pending_bytes(self) -> int:
+        return 0 if self._pending is None else self._pending.nbytes
+
+    def attach_db(self, db: Rdict) -> None:
+        """Move the pending rows into the newly created `db` (one WriteBatch) and serve from it.
+        On the tablet's owner thread. A closed tablet refuses (the caller closes `db`)."""
+        pending = self._pending
+        if pending is None:
+            raise KvStorageError(f"the kv tablet in {self.directory} already has its database")
+        with self._flush_guard:
+            self._check_usable()
+            self._db = db
+            self._pending = None
+            try:
+                self._write_pairs(pending.items())
+            finally:
+                pending.release()
+
+    def _write_pairs(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
+        if self._pending is not None:
+            self._pending.write(writes)
+            return
+        batch = WriteBatch(raw_mode=True)
+        for key, value in writes:
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+        self._write(batch)
 
     # ---- state -------------------------------------------------------------------------------
 
@@ -229,6 +294,10 @@ class KvTablet:
 
     def state(self) -> TabletState:
         return TabletState(self._flushed_offset, self._row_count)
+
+    def mark_failed(self, error: BaseException) -> None:
+        """The tablet cannot go on (its database could not be created): rebuild it."""
+        self._failure = error
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -430,15 +499,19 @@ class KvTablet:
         self._check_usable()
         if appended.first_offset != prepared.base_offset:
             self.stage(prepared, appended)  # raises: the merge read stale rows
-        batch = WriteBatch(raw_mode=True)
-        delta = 0
-        for key, value, _, row_delta in prepared.writes:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-            delta += row_delta
-        self._write(batch)
+        if self._pending is not None:
+            self._pending.write((key, value) for key, value, _, _ in prepared.writes)
+            delta = sum(w[3] for w in prepared.writes)
+        else:
+            batch = WriteBatch(raw_mode=True)
+            delta = 0
+            for key, value, _, row_delta in prepared.writes:
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+                delta += row_delta
+            self._write(batch)
         if self._row_count is not None:
             self._row_count += delta
         self._flushed_offset = max(self._flushed_offset, appended.last_offset + 1)
@@ -462,7 +535,7 @@ class KvTablet:
 
     def _write(self, batch: WriteBatch) -> None:
         try:
-            self._db.write(batch)
+            self._rdict().write(batch)
         except Exception as e:
             # Whatever was to be written is gone from memory: only a rebuild restores the state.
             self._failure = e
@@ -473,7 +546,11 @@ class KvTablet:
         WriteBatch; returns the new flushed offset."""
         self._check_usable()
         entries = self.buffer.take_until(end_offset)
-        if entries:
+        if entries and self._pending is not None:
+            self._pending.write((e.key, e.value) for e in entries)
+            if self._row_count is not None:
+                self._row_count += sum(e.row_delta for e in entries)
+        elif entries:
             batch = WriteBatch(raw_mode=True)
             delta = 0
             for e in entries:
@@ -503,13 +580,7 @@ class KvTablet:
     def write_direct(self, writes: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Write (key, value or None to delete) pairs straight to RocksDB in one WriteBatch (replay of
         committed changelog; no buffer, no changelog)."""
-        batch = WriteBatch(raw_mode=True)
-        for key, value in writes:
-            if value is None:
-                batch.delete(key)
-            else:
-                batch.put(key, value)
-        self._write(batch)
+        self._write_pairs(writes)
 
     def set_recovered_state(self, flushed_offset: int, row_count: int | None) -> None:
         self._flushed_offset = flushed_offset
@@ -518,22 +589,26 @@ class KvTablet:
     # ---- reads (committed rows only) ---------------------------------------------------------
 
     def memory_usage(self) -> int:
-        """RocksDB memtables plus table readers (block-cache memory is shared and not counted)."""
+        """RocksDB memtables plus table readers (block-cache memory is shared and not counted), or
+        the rows held while the database is pending."""
         if self._closed:
             return 0
+        if self._pending is not None:
+            return self._pending.nbytes
         return sum(
-            self._db.property_int_value(name) or 0
+            self._rdict().property_int_value(name) or 0
             for name in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem")
         )
 
     def rocksdb_property(self, name: str) -> int | None:
-        """An integer property of the tablet's RocksDB, e.g. `rocksdb.block-cache-capacity`."""
+        """An integer property of the tablet's RocksDB, e.g. `rocksdb.block-cache-capacity` (None
+        while the database is pending)."""
         self._check_usable()
-        return self._db.property_int_value(name)
+        return None if self._db is None else self._db.property_int_value(name)
 
     def memtable_bytes(self) -> int:
         """Bytes of this tablet's RocksDB memtables (charged to the shared write-buffer budget)."""
-        if self._closed:
+        if self._closed or self._db is None:
             return 0
         return self._db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0
 
@@ -545,7 +620,7 @@ class KvTablet:
     def _get_many(self, keys: Sequence[bytes], what: str) -> list[bytes | None]:
         # One get per key: rocksdict's list get costs more per key (measured: ~1 us against 0.17 us
         # for an absent key with the memtable bloom filter, 0.96 against 0.86 us for a present one).
-        get = self._db.get
+        get = self._pending.get if self._pending is not None else self._rdict().get
         try:
             return [get(key) for key in keys]
         except Exception as e:
@@ -562,7 +637,7 @@ class KvTablet:
                 if upper is not None:
                     options.set_iterate_upper_bound(upper)
                 values: list[bytes] = []
-                for key, value in self._bytes_items(from_key=prefix, read_opt=options):
+                for key, value in self._bytes_items(from_key=prefix, read_opt=options, upper=upper):
                     if upper is None and not key.startswith(prefix):
                         break
                     values.append(value)
@@ -579,7 +654,10 @@ class KvTablet:
         if limit <= 0:
             return []
         try:
-            values = list(itertools.islice(self._db.values(), limit))
+            if self._pending is not None:
+                values = [v for _, v in itertools.islice(self._pending.items(), limit)]
+            else:
+                values = list(itertools.islice(self._rdict().values(), limit))
         except Exception as e:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
         return self._upgrade(values)
@@ -590,10 +668,18 @@ class KvTablet:
         return self._bytes_items()
 
     def _bytes_items(
-        self, from_key: bytes | None = None, read_opt: ReadOptions | None = None
+        self, from_key: bytes | None = None, read_opt: ReadOptions | None = None, upper: bytes | None = None
     ) -> Iterator[tuple[bytes, bytes]]:
+        if self._pending is not None:
+            return self._pending.items(from_key, upper)
         # rocksdict types keys as any of its key types; this database holds bytes keys and values only
-        return cast(Iterator[tuple[bytes, bytes]], self._db.items(from_key=from_key, read_opt=read_opt))
+        return cast(Iterator[tuple[bytes, bytes]], self._rdict().items(from_key=from_key, read_opt=read_opt))
+
+    def _rdict(self) -> Rdict:
+        db = self._db
+        if db is None:
+            raise KvStorageError(f"the kv tablet in {self.directory} has no database yet")
+        return db
 
     # ---- snapshots and lifecycle -------------------------------------------------------------
 
@@ -604,6 +690,8 @@ class KvTablet:
         writes, and the flush changes no content). `close` waits for it."""
         with self._flush_guard:
             self._check_usable()
+            if self._db is None:
+                return  # nothing on disk yet; the pending rows count against the pending budget
             try:
                 self._db.flush()
             except Exception as e:
@@ -615,7 +703,7 @@ class KvTablet:
         self._check_usable()
         state = self.state()
         try:
-            Checkpoint(self._db).create_checkpoint(str(target))
+            Checkpoint(self._rdict()).create_checkpoint(str(target))
         except Exception as e:
             raise KvStorageError(f"creating a kv checkpoint in {target} failed: {e}") from e
         return state
@@ -626,7 +714,11 @@ class KvTablet:
         with self._flush_guard:  # a memtable flush on another thread finishes first (rare: a snapshot's)
             self._closed = True
             self.buffer.clear()
-            self._db.close()
+            if self._pending is not None:
+                self._pending.release()
+                self._pending = None
+            if self._db is not None:
+                self._db.close()
 
     def __repr__(self) -> str:
         return (

@@ -254,19 +254,22 @@ class KvSnapshotStore:
         if self.fs.exists(path):
             self.fs.rm(path, recursive=True)
 
-    def retain(self, num_retained: int) -> list[int]:
-        """Keep the newest `num_retained` complete snapshots; delete the older ones, their private
-        files and the shared files no kept snapshot references, and abandoned incomplete snapshot
-        directories below the newest complete one. Returns the deleted snapshot ids."""
+    def retain(self, num_retained: int, protected: frozenset[int] = frozenset()) -> list[int]:
+        """Keep the newest `num_retained` complete snapshots and the `protected` ones (leased by a
+        reader); delete the older ones, their private files and the shared files no kept snapshot
+        references, and abandoned incomplete snapshot directories below the newest complete one.
+        Returns the deleted snapshot ids."""
         num_retained = max(1, num_retained)
         complete = self.snapshot_ids()
         if not complete:
             return []
-        kept = complete[-num_retained:]
+        kept = [i for i in complete[:-num_retained] if i in protected] + complete[-num_retained:]
         kept_snapshots = [self.read(i) for i in kept]
         referenced = {f.remote_path for s in kept_snapshots for f in s.shared_files}
         deleted: list[int] = []
         for snapshot_id in complete[:-num_retained]:
+            if snapshot_id in protected:
+                continue
             try:
                 old = self.read(snapshot_id)
                 self.delete_files([f for f in old.shared_files if f.remote_path not in referenced])
@@ -434,12 +437,12 @@ class KvSnapshotter:
         self.in_progress = True
         return PendingSnapshot(self.store, snapshot_id, checkpoint_dir, state, dict(self._base))
 
-    def complete(self, snapshot: CompletedSnapshot) -> list[int]:
-        """Record a finished upload as the base of the next snapshot and apply retention (blocking);
-        returns the deleted snapshot ids."""
+    def complete(self, snapshot: CompletedSnapshot, protected: frozenset[int] = frozenset()) -> list[int]:
+        """Record a finished upload as the base of the next snapshot and apply retention (blocking),
+        keeping the `protected` snapshots too; returns the deleted snapshot ids."""
         try:
             self._set_base(snapshot)
-            return self.store.retain(self.num_retained)
+            return self.store.retain(self.num_retained, protected)
         finally:
             self.in_progress = False  # only now: retention and the next upload never overlap
 
@@ -476,12 +479,13 @@ class KvSnapshotter:
         except BaseException:
             self.in_progress = False
             raise
+        protected: frozenset[int] = frozenset()
         if commit is not None:
             try:
-                await commit(completed)
+                protected = await commit(completed) or frozenset()
             except BaseException:
                 self.in_progress = False
                 self._set_base(completed)
                 raise
-        await loop.run_in_executor(executor, self.complete, completed)
+        await loop.run_in_executor(executor, self.complete, completed, protected)
         return completed

@@ -13,6 +13,7 @@ rolled segment and the unlinking of deleted segments run on a background thread 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import struct
@@ -94,6 +95,20 @@ class AppendResult:
     max_timestamp: int  # the commit timestamp given to the batches (-1 for an empty append)
     record_count: int
     duplicate: bool = False
+    # With log.flush.interval-messages: the background fsync that makes this append durable (None:
+    # nothing to wait for). A write is acknowledged, and a follower reports it fetched, only once it
+    # is done (wait_durable).
+    durable: Future[None] | None = None
+
+
+async def wait_durable(appended: AppendResult) -> None:
+    """Until the fsync an append started is done; a failed fsync fails the write."""
+    if appended.durable is None:
+        return
+    try:
+        await asyncio.wrap_future(appended.durable)
+    except OSError as e:
+        raise LogStorageError(f"the fsync of the log failed: {e}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +159,8 @@ class LogTablet:
         # A truncation bumps the generation so results about since-removed data are ignored.
         self._pending_flushes: list[tuple[int, int, Future[None]]] = []
         self._generation = 0
+        # log.flush.interval-messages: the fsync submitted last, the offset it covers, its generation
+        self._interval_flush: tuple[int, int, Future[None]] | None = None
         self._closed = False
         # which leader term wrote which offsets (KIP-101); truncation after a leader change uses it
         self.leader_epochs = LeaderEpochCache.load(directory)
@@ -312,7 +329,9 @@ class LogTablet:
         leo = self.log_end_offset
         if not batches:
             return AppendResult(leo, leo - 1, -1, 0)
-        duplicate = self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=True)
+        duplicate = self._writers.validate(
+            ((h.writer_id, h.batch_sequence, h.last_offset_delta + 1) for _, h in batches), leader=True
+        )
         if duplicate is not None:
             return AppendResult(
                 duplicate.first_offset,
@@ -320,6 +339,7 @@ class LogTablet:
                 duplicate.timestamp,
                 duplicate.last_offset - duplicate.first_offset + 1,
                 duplicate=True,
+                durable=self._pending_interval_flush(),  # the original may still be syncing
             )
 
         view = memoryview(records)
@@ -343,8 +363,8 @@ class LogTablet:
                 self._writers.record(
                     h.writer_id, h.batch_sequence, base, base + h.last_offset_delta, timestamp
                 )
-        self._after_append(offset)
-        return AppendResult(leo, offset - 1, timestamp, record_count)
+        durable = self._after_append(offset)
+        return AppendResult(leo, offset - 1, timestamp, record_count, durable=durable)
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, check: BatchCheck | None = None
@@ -374,7 +394,9 @@ class LogTablet:
             expected = h.base_offset + h.last_offset_delta + 1
             max_ts = max(max_ts, h.commit_timestamp)
             record_count += h.record_count
-        self._writers.validate(((h.writer_id, h.batch_sequence) for _, h in batches), leader=False)
+        self._writers.validate(
+            ((h.writer_id, h.batch_sequence, h.last_offset_delta + 1) for _, h in batches), leader=False
+        )
         first = batches[0][1].base_offset
         self._append(records, placements, first, expected)
         self._max_timestamp = max(self._max_timestamp, max_ts)
@@ -382,8 +404,8 @@ class LogTablet:
             if h.writer_id != NO_WRITER_ID:
                 last = h.base_offset + h.last_offset_delta
                 self._writers.record(h.writer_id, h.batch_sequence, h.base_offset, last, h.commit_timestamp)
-        self._after_append(expected)
-        return AppendResult(first, expected - 1, max_ts, record_count)
+        durable = self._after_append(expected)
+        return AppendResult(first, expected - 1, max_ts, record_count, durable=durable)
 
     @staticmethod
     def _validate(
@@ -433,11 +455,28 @@ class LogTablet:
         self._maybe_roll(size, first_offset, next_offset - 1)
         self._segments[-1].append(data, placements, next_offset)
 
-    def _after_append(self, next_offset: int) -> None:
+    def _after_append(self, next_offset: int) -> Future[None] | None:
+        """Returns the fsync that covers this append, when log.flush.interval-messages asked for one."""
         self._writers.map_end_offset = next_offset
         interval = self.config.flush_interval_messages
-        if interval is not None and next_offset - self.recovery_point >= interval:
-            self.flush()
+        if interval is None:
+            return None
+        flushed = self.recovery_point
+        last = self._interval_flush
+        if last is not None and last[0] == self._generation:
+            flushed = max(flushed, last[1])
+        if next_offset - flushed < interval:
+            return None
+        # The fsync runs on the background thread, behind any earlier one (the rolled segments'): the
+        # event loop goes on serving while the disk syncs, and the write's acknowledgement waits.
+        future = submit_fsync([self._segments[-1].dup_fd()], [self.directory])
+        self._pending_flushes.append((self._generation, next_offset, future))
+        self._interval_flush = (self._generation, next_offset, future)
+        return future
+
+    def _pending_interval_flush(self) -> Future[None] | None:
+        last = self._interval_flush
+        return None if last is None or last[2].done() else last[2]
 
     def _maybe_roll(self, size: int, first_offset: int, last_offset: int) -> None:
         active = self._segments[-1]

@@ -18,6 +18,11 @@ What Fluss does, and so do we:
   because expiry runs on a timer and may drop a writer on the follower before the leader.
 * Writers idle longer than `server.writer-id.expiration-time` are dropped, and skipped when a
   snapshot is loaded.
+
+Kafka's idempotent producers (the Kafka listener, strom/server/kafka) keep the same state with
+Kafka's numbering: their ids have bit 62 set (Fluss writer ids are 62-bit), a batch's sequence is
+the sequence of its first record, and the next batch must start where the last one's records end
+(last + its record count) instead of at last + 1.
 """
 
 from __future__ import annotations
@@ -48,6 +53,13 @@ SNAPSHOT_SUFFIX = ".writer_snapshot"
 NO_WRITER_ID = -1
 NO_BATCH_SEQUENCE = -1
 _MAX_SEQUENCE = 2**31 - 1
+KAFKA_WRITER_BIT = 1 << 62
+
+
+def is_kafka_writer(writer_id: int) -> bool:
+    return writer_id >= KAFKA_WRITER_BIT
+
+
 _SNAPSHOT_VERSION = 1
 
 
@@ -73,6 +85,14 @@ class WriterEntry:
     def last_sequence(self) -> int:
         return self.batches[-1].batch_sequence if self.batches else NO_BATCH_SEQUENCE
 
+    @property
+    def last_step(self) -> int:
+        """How far the next sequence is from the last one: 1 batch for Fluss, its records for Kafka."""
+        if not self.batches or not is_kafka_writer(self.writer_id):
+            return 1
+        last = self.batches[-1]
+        return last.last_offset - last.first_offset + 1
+
     def find(self, batch_sequence: int) -> BatchMetadata | None:
         for batch in self.batches:
             if batch.batch_sequence == batch_sequence:
@@ -84,10 +104,10 @@ class WriterEntry:
         self.last_timestamp = batch.timestamp
 
 
-def _in_sequence(last: int, nxt: int, *, leader: bool) -> bool:
-    return (
-        (last == NO_BATCH_SEQUENCE and not leader) or nxt == last + 1 or (nxt == 0 and last == _MAX_SEQUENCE)
-    )
+def _in_sequence(last: int, nxt: int, *, leader: bool, step: int = 1) -> bool:
+    if last == NO_BATCH_SEQUENCE:
+        return not leader or nxt == 0
+    return nxt == (last + step) % (_MAX_SEQUENCE + 1)  # sequences wrap to 0 after 2**31 - 1
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
@@ -107,17 +127,20 @@ class WriterStateManager:
 
     # ---- the append path -------------------------------------------------------------------
 
-    def validate(self, batches: Iterable[tuple[int, int]], *, leader: bool) -> BatchMetadata | None:
-        """Check (writer id, batch sequence) of the batches of one append, in order.
+    def validate(self, batches: Iterable[tuple[int, ...]], *, leader: bool) -> BatchMetadata | None:
+        """Check (writer id, batch sequence[, record count]) of the batches of one append, in order.
 
         Returns the original placement when a batch repeats a remembered one (leader: the caller
         answers with it and writes nothing). Raises OutOfOrderSequenceError on a gap or regression,
         DuplicateSequenceError for a repeat on a follower.
         """
-        pending: dict[int, int] = {}
-        for writer_id, sequence in batches:
+        pending: dict[int, tuple[int, int]] = {}  # writer id -> (sequence, step after it)
+        for item in batches:
+            writer_id, sequence = item[0], item[1]
             if writer_id == NO_WRITER_ID:
                 continue
+            kafka = is_kafka_writer(writer_id)
+            step_after = item[2] if kafka and len(item) > 2 else 1
             entry = self.writers.get(writer_id)
             if entry is not None:
                 duplicate = entry.find(sequence)
@@ -128,16 +151,19 @@ class WriterStateManager:
                         f"duplicate batch of writer {writer_id} with sequence {sequence}, "
                         f"already at offset {duplicate.last_offset}"
                     )
-            last = pending.get(writer_id, entry.last_sequence if entry is not None else NO_BATCH_SEQUENCE)
-            if not _in_sequence(last, sequence, leader=leader):
+            last, step = pending.get(
+                writer_id,
+                (entry.last_sequence, entry.last_step) if entry is not None else (NO_BATCH_SEQUENCE, 1),
+            )
+            if not _in_sequence(last, sequence, leader=leader, step=step):
                 if last == NO_BATCH_SEQUENCE:
                     detail = "no state is held for this writer (new or expired), so it must start at 0"
                 else:
-                    detail = f"the last appended sequence is {last}"
+                    detail = f"the next sequence must be {(last + step) % (_MAX_SEQUENCE + 1)}"
                 raise OutOfOrderSequenceError(
                     f"out of order batch sequence {sequence} for writer {writer_id}: {detail}"
                 )
-            pending[writer_id] = sequence
+            pending[writer_id] = (sequence, step_after)
         return None
 
     def record(
@@ -147,7 +173,9 @@ class WriterStateManager:
         entry = self.writers.get(writer_id)
         if entry is None:
             entry = self.writers[writer_id] = WriterEntry(writer_id)
-        elif entry.batches and not _in_sequence(entry.last_sequence, sequence, leader=True):
+        elif entry.batches and not _in_sequence(
+            entry.last_sequence, sequence, leader=True, step=entry.last_step
+        ):
             entry.batches.clear()  # a replayed restart of the sequence: older batches no longer count
         entry.add(BatchMetadata(sequence, first_offset, last_offset, timestamp))
 
