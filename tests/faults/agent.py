@@ -1,6 +1,7 @@
 """The bed's eyes inside the network: a process in the client namespace that answers the campaign's
 questions about the cluster (is this port serving, which servers does the coordinator list, who leads
-which bucket, are the replicas in step), so that nothing in the root namespace ever connects to a host.
+which bucket, which replicas are in its ISR, are the replicas in step), so that nothing in the root
+namespace ever connects to a host.
 
 Protocol: one JSON object per line on stdin ({"op": ..., args}), one JSON answer per line on stdout
 ({"ok": value} or {"error": message}). Run as `python -m tests.faults.agent`.
@@ -93,6 +94,15 @@ async def buckets(coordinators: list[str], tables: list[str]) -> dict[str, Any]:
     return result
 
 
+async def isr(coordinators: list[str]) -> dict[str, list[int]]:
+    """The ISR the active coordinator holds for each bucket, keyed "table_id/bucket" (buckets of
+    partitioned tables left out). A leader's ISR change takes effect only once the coordinator accepted
+    it (AdjustIsr), so this is the ISR that acks=all writes wait for."""
+    response = await first_answer(coordinators, ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest())
+    unpartitioned = [b for b in response.buckets if not b.HasField("partition_id")]
+    return {f"{b.table_id}/{b.bucket_id}": sorted(b.isr) for b in unpartitioned}
+
+
 async def replicas(tablet_servers: list[str]) -> dict[str, Any]:
     """server address -> its replicas (table id, bucket, leader, log end, high watermark), or an error."""
 
@@ -131,6 +141,8 @@ async def handle(command: dict[str, Any]) -> Any:
         return await buckets(command["coordinators"], command["tables"])
     if op == "replicas":
         return await replicas(command["tablet_servers"])
+    if op == "isr":
+        return await isr(command["coordinators"])
     raise ValueError(f"unknown op {op!r}")
 
 

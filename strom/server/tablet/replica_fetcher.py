@@ -24,7 +24,7 @@ from strom.rpc.client import ConnectionPool
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.server.tablet.log.leader_epoch import UNDEFINED, EpochEntry
-from strom.server.tablet.log.log_tablet import AppendResult, wait_durable
+from strom.server.tablet.log.log_tablet import AppendResult, LogTablet, wait_durable
 from strom.server.tablet.replica_manager import Replica
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,31 @@ log = logging.getLogger(__name__)
 _OFFSET_OUT_OF_RANGE = 19
 # A new leader may not have taken over yet when its followers ask it where to truncate: ask again soon.
 TRUNCATION_RETRY = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """A bucket's state when its fetch was sent: the answer applies only if it is still the same."""
+
+    leader_epoch: int
+    log: LogTablet
+    fetch_offset: int
+
+
+def _stale_answer(replica: Replica, leader: int, sent: _Sent) -> str | None:
+    """Why an answer from `leader` to a fetch sent in state `sent` no longer applies (None: it does)."""
+    if replica.leader != leader or replica.leader_epoch != sent.leader_epoch:
+        return (
+            f"sent in leader epoch {sent.leader_epoch}, the replica is now in epoch {replica.leader_epoch} "
+            f"with leader {replica.leader}"
+        )
+    if replica.log is not sent.log:
+        return "the replica's log was reopened"
+    if replica.needs_truncation:
+        return "the replica must first truncate by leader epoch"
+    if sent.log.log_end_offset != sent.fetch_offset:
+        return f"the log end moved from {sent.fetch_offset} to {sent.log.log_end_offset} meanwhile"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +136,10 @@ class ReplicaFetcherManager:
                     continue
             # while some bucket still waits to truncate, do not long-poll: ask again right after
             max_wait_ms = 0 if any(r.needs_truncation for r in truncating.values()) else None
+            sent = {
+                b: _Sent(r.leader_epoch, r.log_tablet(), r.log_tablet().log_end_offset)
+                for b, r in buckets.items()
+            }
             try:
                 response = await self.pool.request(
                     *address,
@@ -122,7 +151,7 @@ class ReplicaFetcherManager:
                 log.debug("fetch from leader %d failed: %s", leader, e)
                 await asyncio.sleep(self.settings.backoff)
                 continue
-            errors, syncs = self._apply(buckets, response)
+            errors, syncs = self._apply(leader, buckets, sent, response)
             # log.flush.interval-messages: the next fetch reports our log end to the leader, which
             # counts it towards acknowledging acks=all writes; it waits for the fsync of what came
             for appended in syncs:
@@ -215,7 +244,11 @@ class ReplicaFetcherManager:
         return request
 
     def _apply(
-        self, buckets: dict[TableBucket, Replica], response: pb.FetchLogResponse
+        self,
+        leader: int,
+        buckets: dict[TableBucket, Replica],
+        sent: dict[TableBucket, _Sent],
+        response: pb.FetchLogResponse,
     ) -> tuple[int, list[AppendResult]]:
         """Appends what the leader sent; returns the errors and the appends whose fsync is pending."""
         errors = 0
@@ -223,10 +256,20 @@ class ReplicaFetcherManager:
         for table in response.tables_resp:
             for result in table.buckets_resp:
                 partition = result.partition_id if result.HasField("partition_id") else None
-                replica = buckets.get(TableBucket(table.table_id, partition, result.bucket_id))
-                if replica is None or replica.log is None:
+                bucket = TableBucket(table.table_id, partition, result.bucket_id)
+                replica = buckets.get(bucket)
+                request = sent.get(bucket)
+                if replica is None or replica.log is None or request is None:
                     continue
                 tablet = replica.log
+                stale = _stale_answer(replica, leader, request)
+                if stale:
+                    # The fetch may have waited long (a paused leader answers when it resumes); the
+                    # replica may lead now, or follow another leader or epoch. Records of the old term
+                    # appended now would reach a leader's log past its KV tablet (an acknowledged
+                    # upsert that lookups do not see) or a follower's log before its truncation.
+                    log.info("fetch answer for %s from server %d dropped: %s", bucket, leader, stale)
+                    continue
                 if result.HasField("error_code") and result.error_code != 0:
                     errors += 1
                     if result.error_code == _OFFSET_OUT_OF_RANGE:
