@@ -43,8 +43,8 @@ class _Sent:
     fetch_offset: int
 
 
-def _stale_answer(replica: Replica, leader: int, sent: _Sent) -> str | None:
-    """Why an answer from `leader` to a fetch sent in state `sent` no longer applies (None: it does)."""
+def _term_changed(replica: Replica, leader: int, sent: _Sent) -> str | None:
+    """Why the replica is no longer in the term (leader, epoch, log) of `sent` (None: it still is)."""
     if replica.leader != leader or replica.leader_epoch != sent.leader_epoch:
         return (
             f"sent in leader epoch {sent.leader_epoch}, the replica is now in epoch {replica.leader_epoch} "
@@ -52,6 +52,14 @@ def _stale_answer(replica: Replica, leader: int, sent: _Sent) -> str | None:
         )
     if replica.log is not sent.log:
         return "the replica's log was reopened"
+    return None
+
+
+def _stale_answer(replica: Replica, leader: int, sent: _Sent) -> str | None:
+    """Why an answer from `leader` to a fetch sent in state `sent` no longer applies (None: it does)."""
+    changed = _term_changed(replica, leader, sent)
+    if changed:
+        return changed
     if replica.needs_truncation:
         return "the replica must first truncate by leader epoch"
     if sent.log.log_end_offset != sent.fetch_offset:
@@ -127,7 +135,7 @@ class ReplicaFetcherManager:
             truncating = {b: r for b, r in buckets.items() if r.needs_truncation}
             if truncating:
                 try:
-                    await self._truncate(address, truncating)
+                    await self._truncate(leader, address, truncating)
                 except FlussError as e:
                     log.debug("OffsetForLeaderEpoch to leader %d failed: %s", leader, e)
                 buckets = {b: r for b, r in buckets.items() if not r.needs_truncation}
@@ -163,9 +171,15 @@ class ReplicaFetcherManager:
             if errors:
                 await asyncio.sleep(self.settings.backoff)
 
-    async def _truncate(self, address: tuple[str, int], buckets: dict[TableBucket, Replica]) -> None:
+    async def _truncate(
+        self, leader: int, address: tuple[str, int], buckets: dict[TableBucket, Replica]
+    ) -> None:
         """Truncate each bucket to where the leader's log and ours agree (KIP-101 / KIP-279)."""
         request = internal.OffsetForLeaderEpochRequest(follower_server_id=self.server_id)
+        sent = {
+            b: _Sent(r.leader_epoch, r.log_tablet(), r.log_tablet().log_end_offset)
+            for b, r in buckets.items()
+        }
         for bucket, follower in buckets.items():
             entry = request.buckets.add(
                 table_id=bucket.table_id,
@@ -178,8 +192,18 @@ class ReplicaFetcherManager:
         response = await self.pool.request(*address, ApiKey.OFFSET_FOR_LEADER_EPOCH, request, timeout=10)
         for result in response.buckets:
             partition = result.partition_id if result.HasField("partition_id") else None
-            replica = buckets.get(TableBucket(result.table_id, partition, result.bucket_id))
+            bucket = TableBucket(result.table_id, partition, result.bucket_id)
+            replica = buckets.get(bucket)
             if replica is None or replica.log is None or not replica.needs_truncation:
+                continue
+            stale = _term_changed(replica, leader, sent[bucket])
+            if stale:
+                # The old leader answered late (paused, or partitioned): its log is no measure for the
+                # new term. Cutting to it and clearing the pending truncation would leave this replica
+                # never truncated against its new leader: a divergence. It stays pending for the new one.
+                log.info(
+                    "OffsetForLeaderEpoch answer for %s from server %d dropped: %s", bucket, leader, stale
+                )
                 continue
             if result.HasField("error_code") and result.error_code != 0:
                 log.debug("OffsetForLeaderEpoch of %s: %s", replica.bucket, result.error_message)
