@@ -160,7 +160,12 @@ class FlussDataSource(DataSource):
 
         self._check_writable()
         return FlussStreamArrowWriter(
-            self.connection, self.table_info(), WriteOptions.parse(self.options), schema, overwrite
+            self.connection,
+            self.table_info(),
+            WriteOptions.parse(self.options),
+            schema,
+            overwrite,
+            self.options,
         )
 
 

@@ -2,13 +2,16 @@
 
 Each task opens its own (idempotent) writer, sends its Arrow batches, flushes, and reports what
 it wrote. Nothing is staged: rows are visible once a task's flush returns, so `commit` has nothing
-left to do and `abort` cannot take rows back. A retried task or micro-batch may append its rows
-again to a log table; upserts and deletes of primary-key tables are idempotent by key.
+left to do and `abort` cannot take rows back. A retried batch write may append its rows again to a
+log table; upserts and deletes of primary-key tables are idempotent by key.
+
+Streaming appends to log tables are the exception: tasks stage their rows and the driver writes
+each micro-batch exactly once (strom.spark.exactly_once).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -17,7 +20,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from strom.common.table_descriptor import TableInfo
-from strom.spark import bridge
+from strom.spark import bridge, exactly_once
 from strom.spark.options import ConnectionOptions, WriteOptions
 from strom.spark.sink import SinkPlan, UnsupportedWriteError
 
@@ -77,15 +80,27 @@ class FlussStreamArrowWriter(DataSourceStreamArrowWriter):
         options: WriteOptions,
         schema: StructType,
         overwrite: bool,
+        raw_options: Mapping[str, str],
     ) -> None:
         self.connection = connection
         self.plan = _plan(table, options, schema, overwrite)
+        # Log tables: exactly once, staged in tasks and written by the driver's commit. Primary-key
+        # tables: tasks upsert directly, which a retry repeats harmlessly.
+        once = not table.has_primary_key and exactly_once.enabled(raw_options)
+        self.producer = exactly_once.producer_id(raw_options) if once else None
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        if self.producer is not None:
+            return exactly_once.stage(self.plan, iterator)
         return write_task(self.connection, self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Rows were flushed by the tasks; Spark's commit log records the batch as done."""
+        """Log tables: write the staged batch once. Primary-key tables: the tasks flushed already."""
+        if self.producer is not None:
+            exactly_once.commit_batch(self.connection, self.plan, self.producer, batchId, messages)
+        else:
+            exactly_once.crash_point(batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Flushed rows stay; the batch's retry rewrites them (idempotent for primary-key tables)."""
+        """Log tables: staged rows are dropped, nothing was written. Primary-key tables: flushed
+        upserts stay; the batch's retry rewrites them (idempotent by key)."""

@@ -1,0 +1,48 @@
+"""The streaming query of test_spark_exactly_once: copies log table `source` into log table `target`
+through ``writeStream.format("fluss")``, 100 records a micro-batch, until the source is drained.
+
+Run as a script it is the driver the test SIGKILLs (STROM_TEST_SPARK_CRASH names the batch):
+    exactly_once_job.py BOOTSTRAP SOURCE TARGET CHECKPOINT EXACTLY_ONCE(true|false)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from strom.spark.exactly_once import CRASH_ENV
+
+
+def run_query(spark: Any, bootstrap: str, source: str, target: str, checkpoint: str, once: bool) -> None:
+    query = (
+        spark.readStream.format("fluss")
+        .option("bootstrap.servers", bootstrap)
+        .option("maxOffsetsPerTrigger", "100")
+        .load(source)
+        .writeStream.format("fluss")
+        .option("bootstrap.servers", bootstrap)
+        .option("table", target)
+        .option("sink.exactly-once", str(once).lower())
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    if query.exception() is not None:
+        raise RuntimeError(f"query failed: {query.exception()}")
+
+
+def main() -> None:
+    import strom.spark
+
+    bootstrap, source, target, checkpoint, once = sys.argv[1:6]
+    if CRASH_ENV in os.environ:  # the fault point kills this process's group: the driver and its JVM
+        os.environ[CRASH_ENV] += f"@{os.getpgid(0)}"
+    spark = strom.spark.session(app="strom-exactly-once-test")
+    run_query(spark, bootstrap, source, target, checkpoint, once == "true")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
