@@ -347,3 +347,24 @@ def test_sink_plan_prepares_changelogs() -> None:
     assert partial.columns == ("id", "region")
     with pytest.raises(SchemaMismatchError, match="must include the primary key"):
         SinkPlan.build(pk, schema, WriteOptions(("id", "v")))
+
+
+def test_exactly_once_producer_ids_and_recovery_multiset() -> None:
+    from collections import Counter
+
+    from strom.spark.exactly_once import _key, _missing, enabled, producer_id
+
+    # A restart from the same checkpoint gets the same id; a trailing slash does not matter.
+    assert producer_id({"checkpointLocation": "/ck/q1"}) == producer_id({"checkpointLocation": "/ck/q1/"})
+    assert producer_id({"checkpointLocation": "/ck/q1"}) != producer_id({"checkpointLocation": "/ck/q2"})
+    assert producer_id({"sink.producer-id": "orders_copy", "checkpointLocation": "/x"}) == "orders_copy"
+    with pytest.raises(SparkOptionError, match="sink.producer-id"):
+        producer_id({"sink.producer-id": "bad id!"})
+    with pytest.raises(SparkOptionError, match="checkpointLocation"):
+        producer_id({})
+    with pytest.raises(SparkOptionError, match="sink.exactly-once"):
+        enabled({"sink.exactly-once": "maybe"})
+    # A batch holding a row twice, of which the crashed attempt wrote one copy and another row.
+    rows = pa.table({"id": [1, 1, 2, 3], "tags": [["a"], ["a"], None, []]})
+    found = Counter(_key(r) for r in [{"id": 1, "tags": ["a"]}, {"id": 3, "tags": []}])
+    assert _missing(rows, found).to_pylist() == [{"id": 1, "tags": ["a"]}, {"id": 2, "tags": None}]
