@@ -287,6 +287,7 @@ class TabletServer:
                 ),
                 limits,
                 observer,
+                self.security,
             ),
         )
         self.acl_sync = (
