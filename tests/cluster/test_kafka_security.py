@@ -23,6 +23,7 @@ from kafka.errors import (
     KafkaError,
     TopicAuthorizationFailedError,
 )
+from test_kafka import RawKafka
 
 JAAS = (
     "org.apache.fluss.security.auth.sasl.plain.PlainLoginModule required "
@@ -94,6 +95,12 @@ def test_kafka_sasl_plain_and_acls(tmp_path: Path) -> None:
         assert errors and errors[0].code() == ConfluentError._AUTHENTICATION, errors
         assert "invalid username or password" in errors[0].str()
         del wrong
+        # before logging in, a connection gets ApiVersions and nothing else: Metadata closes it
+        raw = RawKafka(bootstrap)
+        assert raw.request(18, 1).error_code == 0
+        with pytest.raises((AssertionError, ConnectionError)):
+            raw.request(3, 1, topics=None)
+        raw.close()
         admin = KafkaAdminClient(**login(bootstrap, "admin", "admin-secret"))  # a super user
         admin.create_topics([NewTopic("orders", 1, 1)])
         admin.close()
