@@ -2,8 +2,8 @@
 
 `messages` decodes and encodes Kafka messages with kio, `records` converts Kafka record batches to
 and from the Arrow batches a topic's log table stores, `broker` answers the requests, `listener`
-owns the sockets. The tablet server calls `kafka_listeners` once and adds what it returns to its
-listener group.
+owns the sockets and the SASL exchange, `access` maps Kafka requests onto Fluss ACLs. The tablet
+server calls `kafka_listeners` once and adds what it returns to its listener group.
 """
 
 from __future__ import annotations
