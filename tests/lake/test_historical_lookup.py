@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import fluss
 import pyarrow as pa
+import pytest
 from harness import Cluster
+from paimon_helpers import paimon_info
 from test_tiering_service import session, start_tiering
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
+from strom.client.lookup.historical import is_past_auto_partition
+from strom.common import types as T
+from strom.common.errors import InvalidTableError, PartitionNotExistError
 from strom.common.partition import HISTORICAL_PARTITION_VALUE
 from strom.lake.paimon.storage import PaimonLakeStorage
+from strom.server.tablet.historical_lookup import HistoricalLookup
 
 OLD = "20200101"  # a past DAY partition
 PROPERTIES = {
@@ -106,3 +113,34 @@ def test_lookup_of_an_expired_partition_is_answered_from_the_lake(
 
     # pyfluss sends no historical lookups (nor does it against Fluss): the key is not found
     assert session(cluster, pyfluss_lookup) is None
+
+
+def _info(**extra: str) -> Any:
+    return paimon_info(
+        "orders",
+        [("dt", T.STRING()), ("id", T.INT()), ("v", T.STRING())],
+        primary_key=["dt", "id"],
+        partition_keys=["dt"],
+        properties={**PROPERTIES, **extra},
+    )
+
+
+def test_only_past_auto_partitions_go_to_the_lake() -> None:
+    now = datetime(2026, 3, 15, 12, 0, tzinfo=UTC)
+    info = _info()
+    assert is_past_auto_partition(info, "20260314", now)
+    assert not is_past_auto_partition(info, "20260315", now)  # current: may still be created
+    assert not is_past_auto_partition(info, "20260316", now)
+    assert not is_past_auto_partition(info, "2026-03-14", now)  # no partition time of this table
+    assert not is_past_auto_partition(info, HISTORICAL_PARTITION_VALUE, now)
+    off = _info(**{"table.datalake.historical-partition.enabled": "false"})
+    assert not is_past_auto_partition(off, "20260314", now)
+
+
+def test_server_refuses_historical_lookups_outside_the_historical_partition() -> None:
+    lookup = HistoricalLookup({})
+    with pytest.raises(PartitionNotExistError, match="__historical__"):
+        asyncio.run(lookup.lookup(_info(), "20260314", 0, "20200101", [b"k"]))
+    off = _info(**{"table.datalake.historical-partition.enabled": "false"})
+    with pytest.raises(InvalidTableError, match=r"historical-partition\.enabled"):
+        asyncio.run(lookup.lookup(off, HISTORICAL_PARTITION_VALUE, 0, "20200101", [b"k"]))
