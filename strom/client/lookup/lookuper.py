@@ -10,7 +10,9 @@
     orders = await by_customer.lookup({"region": "eu", "customer": 7})   # list of dicts
 
 Keys are encoded and routed exactly as pyfluss does (`strom.client.upsert.key_routing`); a key in a
-partition that does not exist finds nothing. Lookups of every lookuper of the connection, and of
+partition that does not exist finds nothing, unless the table has
+`table.datalake.historical-partition.enabled` and retention dropped the partition: then the lake
+answers (`historical`). Lookups of every lookuper of the connection, and of
 concurrent callers, share batches (`lookup_client`). Values are decoded with the schema they were
 written with (`value_decoder`).
 """
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from strom.client.lookup.historical import historical_values, is_past_auto_partition
 from strom.client.lookup.lookup_client import LookupClient
 from strom.client.lookup.value_decoder import ValueDecoder
 from strom.client.upsert.key_routing import KeyRouting
@@ -283,10 +286,16 @@ class Lookuper(_KeyedLookup):
         wanted: list[tuple[TableBucket, bytes]] = []
         positions: list[int] = []
         table_buckets: dict[tuple[int | None, int], TableBucket] = {}
+        # expired partitions answered from the lake: (partition, bucket) -> [(position, key)]
+        historical: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+        info = self.table.info
         for i, (row, key, name) in enumerate(zip(rows, keys, names, strict=True)):
             partition_id = partition_ids[name]
             if partition_id == -1:
-                continue  # no such partition: nothing to find
+                if name is not None and not self.insert_if_not_exists and is_past_auto_partition(info, name):
+                    bucket = buckets[i] if buckets is not None else routing.bucket_of(row, key)
+                    historical.setdefault((name, bucket), []).append((i, key))
+                continue  # no such partition: nothing to find (unless the lake has it)
             bucket = buckets[i] if buckets is not None else routing.bucket_of(row, key)
             table_bucket = table_buckets.get((partition_id, bucket))
             if table_bucket is None:
@@ -302,6 +311,10 @@ class Lookuper(_KeyedLookup):
         values: list[bytes | None] = [None] * len(rows)
         for i, future in zip(positions, futures, strict=True):
             values[i] = future.result()
+        for (name, bucket), entries in historical.items():
+            found = await historical_values(self.table, name, bucket, [key for _, key in entries])
+            for (i, _), value in zip(entries, found, strict=True):
+                values[i] = value
         return values
 
     def __repr__(self) -> str:

@@ -2,8 +2,8 @@
 
 `messages` decodes and encodes Kafka messages with kio, `records` converts Kafka record batches to
 and from the Arrow batches a topic's log table stores, `broker` answers the requests, `listener`
-owns the sockets. The tablet server calls `kafka_listeners` once and adds what it returns to its
-listener group.
+owns the sockets and the SASL exchange, `access` maps Kafka requests onto Fluss ACLs. The tablet
+server calls `kafka_listeners` once and adds what it returns to its listener group.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from strom.common.config import Configuration
 from strom.common.errors import InvalidConfigError
 from strom.rpc.limits import RpcLimits
 from strom.rpc.server import RequestObserver
-from strom.security.listeners import PLAINTEXT, ListenerSettings
+from strom.security.layer import SecurityLayer
+from strom.security.listeners import PLAINTEXT, SASL, ListenerSettings
 from strom.server.kafka.broker import SERVED_VERSIONS, Broker, BrokerContext
 from strom.server.kafka.listener import KAFKA_METRIC_KEY_BASE, KafkaListener
 from strom.server.kafka.messages import ApiKey
@@ -26,8 +27,8 @@ KAFKA_METRIC_NAMES = {KAFKA_METRIC_KEY_BASE + key: f"KAFKA_{ApiKey(key).name}" f
 
 def kafka_listener_names(config: Configuration, listeners: ListenerSettings) -> list[str]:
     """The bound listeners that speak Kafka; [] unless `kafka.enabled`. Refuses what cannot work:
-    no Kafka listener bound, a Kafka listener that is also the internal one, or one that asks for
-    SASL or ACLs, which the Kafka listener does not apply yet."""
+    no Kafka listener bound, a Kafka listener that is also the internal one, or one mapped to TLS,
+    which the Kafka listener does not serve. SASL (PLAIN) and ACLs apply as on Fluss listeners."""
     if not config.get(options.KAFKA_ENABLED):
         return []
     wanted = config.get(options.KAFKA_LISTENER_NAMES)
@@ -42,16 +43,11 @@ def kafka_listener_names(config: Configuration, listeners: ListenerSettings) -> 
             raise InvalidConfigError(
                 f"listener {name} cannot be both the internal listener and a Kafka listener"
             )
-        if listeners.protocol(name) != PLAINTEXT:
+        if listeners.protocol(name) not in (PLAINTEXT, SASL):
             raise InvalidConfigError(
                 f"Kafka listener {name} is mapped to {listeners.protocol(name)}; the Kafka listener serves "
-                "PLAINTEXT only (SASL on Kafka listeners is not supported yet)"
+                "PLAINTEXT and SASL (PLAIN), not TLS"
             )
-    if config.get(options.AUTHORIZER_ENABLED):
-        raise InvalidConfigError(
-            "kafka.enabled and authorizer.enabled are both true; the Kafka listener does not apply ACLs yet, "
-            "so it would bypass them"
-        )
     return bound
 
 
@@ -62,11 +58,22 @@ def kafka_listeners(
     context: BrokerContext,
     limits: RpcLimits,
     observer: RequestObserver | None,
+    security: SecurityLayer | None = None,
 ) -> dict[str, KafkaListener]:
+    """One listener per Kafka listener name, sharing one broker; `security` is the server's own layer
+    (SASL users per listener, the authorizer), so Kafka and Fluss clients meet the same rules."""
+    context.security = security
     broker = Broker(context)
     return {
         e.listener: KafkaListener(
-            name=server_name, host=e.host, port=e.port, broker=broker, limits=limits, observer=observer
+            name=server_name,
+            host=e.host,
+            port=e.port,
+            broker=broker,
+            limits=limits,
+            observer=observer,
+            listener=e.listener,
+            security=security,
         )
         for e in listeners.bind
         if e.listener in names

@@ -32,7 +32,10 @@ from strom.common.table_descriptor import TableDescriptor
 from strom.rpc.api import ApiKey as FlussApi
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext, Session
+from strom.security.acl import OperationType
+from strom.security.layer import SecurityLayer
 from strom.server.kafka import errors as kafka
+from strom.server.kafka.access import KafkaAccess
 from strom.server.kafka.groups import GroupCoordinator, GroupError
 from strom.server.kafka.messages import ApiKey
 from strom.server.kafka.offsets import OFFSETS_BUCKETS, OFFSETS_TOPIC, OffsetsStore, offsets_bucket
@@ -72,6 +75,9 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.OFFSET_FETCH: (1, 7),
     ApiKey.LIST_GROUPS: (0, 2),
     ApiKey.DESCRIBE_GROUPS: (0, 4),
+    # answered by the listener; v0 of the handshake (raw tokens outside Kafka's framing) is not served
+    ApiKey.SASL_HANDSHAKE: (1, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 _GROUP_KEY = 0  # FindCoordinator key type of a consumer group (1 is a transactional id)
 _TOPIC_RESOURCE = 2
@@ -81,6 +87,12 @@ _TOPIC_CONFIG = 1  # ConfigSource.DYNAMIC_TOPIC_CONFIG
 _STATIC_BROKER_CONFIG = 4
 
 CLUSTER_ID = "strom"
+_READ, _WRITE, _DROP, _DESCRIBE = (
+    OperationType.READ,
+    OperationType.WRITE,
+    OperationType.DROP,
+    OperationType.DESCRIBE,
+)
 _EARLIEST_TIMESTAMP = -2
 _LATEST_TIMESTAMP = -1
 
@@ -97,6 +109,8 @@ class BrokerContext:
     coordinator: Callable[[FlussApi, Message], Awaitable[Any]]
     # every live tablet server's Kafka address: node id -> (host, port)
     brokers: Callable[[], dict[int, tuple[str, int]]]
+    # the server's security layer: its authorizer decides the ACLs of Kafka requests (access.py)
+    security: SecurityLayer | None = None
 
 
 class Broker:
@@ -122,6 +136,7 @@ class Broker:
             ApiKey.LIST_GROUPS: self.list_groups,
             ApiKey.DESCRIBE_GROUPS: self.describe_groups,
         }
+        self.access = KafkaAccess(context.security, context.database)
         self.groups = GroupCoordinator()
         self.offsets = OffsetsStore(context.log_service, lambda: _context(Session(peer="kafka-groups")))
         self._replica_index: dict[tuple[str, int], Replica] = {}  # (topic, partition) -> replica
@@ -140,14 +155,25 @@ class Broker:
         if version == 0 and asked == []:
             asked = None  # v0 has no null: an empty list means every topic
         existing = await self._topic_names()
-        # the offsets topic is internal: listed only when asked for by name
-        names = [n for n in existing if n != OFFSETS_TOPIC] if asked is None else asked
-        found = [n for n in names if n in existing]
+        # the offsets topic is internal: listed only when asked for by name; a listing shows only the
+        # topics the caller may describe, a topic asked for by name is refused whether or not it exists
+        if asked is None:
+            names = self.access.describable(session, [n for n in existing if n != OFFSETS_TOPIC])
+            denied: set[str] = set()
+        else:
+            names = asked
+            denied = {n for n in names if not self.access.topic(session, _DESCRIBE, n)}
+        found = [n for n in names if n in existing and n not in denied]
         tables = await self._table_metadata(found)
         brokers = self.context.brokers()
         topics: list[dict[str, Any]] = []
         for name in names:
             table = tables.get(name)
+            if name in denied:
+                topics.append(
+                    {"error_code": kafka.TOPIC_AUTHORIZATION_FAILED, "name": name, "partitions": []}
+                )
+                continue
             if table is None:
                 topics.append(
                     {"error_code": kafka.UNKNOWN_TOPIC_OR_PARTITION, "name": name, "partitions": []}
@@ -225,8 +251,14 @@ class Broker:
         for topic in request.topic_data:
             results: dict[int, dict[str, Any]] = {}
             fluss = pb.ProduceLogRequest(acks=acks, timeout_ms=timeout_ms, table_id=-1)
+            allowed = self.access.topic(session, _WRITE, topic.name)
             for partition in topic.partition_data:
                 index = int(partition.index)
+                if not allowed:
+                    results[index] = _partition_error(
+                        index, kafka.TOPIC_AUTHORIZATION_FAILED, f"no WRITE permission on topic {topic.name}"
+                    )
+                    continue
                 try:
                     replica = self._leader(topic.name, index)
                     fluss.table_id = replica.bucket.table_id
@@ -310,8 +342,12 @@ class Broker:
         asked: dict[tuple[int, int], tuple[str, int, Replica]] = {}  # (table idx, bucket idx) -> ...
         tables: dict[int, Any] = {}
         for topic in request.topics:
+            allowed = self.access.topic(session, _READ, topic.topic)
             for partition in topic.partitions:
                 index = int(partition.partition)
+                if not allowed:
+                    answers[(topic.topic, index)] = _fetch_error(index, kafka.TOPIC_AUTHORIZATION_FAILED)
+                    continue
                 try:
                     replica = self._leader(topic.topic, index)
                 except FlussError as e:
@@ -373,10 +409,14 @@ class Broker:
         topics = []
         for topic in request.topics:
             partitions = []
+            allowed = self.access.topic(session, _DESCRIBE, topic.name)
             for partition in topic.partitions:
                 index = int(partition.partition_index)
                 timestamp = int(partition.timestamp)
                 entry: dict[str, Any] = {"partition_index": index, "error_code": kafka.NONE}
+                if not allowed:
+                    partitions.append({**entry, "error_code": kafka.TOPIC_AUTHORIZATION_FAILED})
+                    continue
                 try:
                     replica = self._leader(topic.name, index)
                     fluss = pb.ListOffsetsRequest(
@@ -412,6 +452,12 @@ class Broker:
     async def init_producer_id(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         if request.transactional_id is not None:
             return {"throttle_time": 0, "error_code": kafka.INVALID_REQUEST, "producer_epoch": -1}
+        if not self.access.idempotent_write(session):
+            return {
+                "throttle_time": 0,
+                "error_code": kafka.CLUSTER_AUTHORIZATION_FAILED,
+                "producer_epoch": -1,
+            }
         # Unique without a round trip, as Fluss writer ids are; bit 62 tells the log Kafka's sequence
         # numbering from Fluss's (writer_state.py). Epochs are not used: every producer gets epoch 0,
         # and a producer that asks again (KIP-360) simply gets a new id.
@@ -432,8 +478,14 @@ class Broker:
             }
             try:
                 if resource.resource_type == _TOPIC_RESOURCE:
+                    if not self.access.topic(session, _DESCRIBE, resource.resource_name):
+                        results.append({**result, "error_code": kafka.TOPIC_AUTHORIZATION_FAILED})
+                        continue
                     configs = await self._topic_configs(resource.resource_name)
                 elif resource.resource_type == _BROKER_RESOURCE:
+                    if not self.access.cluster(session, _DESCRIBE):
+                        results.append({**result, "error_code": kafka.CLUSTER_AUTHORIZATION_FAILED})
+                        continue
                     configs = self._broker_configs()
                 else:
                     raise InvalidConfigError(f"resource type {resource.resource_type} has no configs here")
@@ -504,6 +556,8 @@ class Broker:
                 "error_code": kafka.COORDINATOR_NOT_AVAILABLE,
                 "error_message": "no transactions",
             }
+        if not self.access.group(session, _DESCRIBE):
+            return {**answer, "error_code": kafka.GROUP_AUTHORIZATION_FAILED}
         brokers = self.context.brokers()
         try:
             table = await self._offsets_table(len(brokers))
@@ -533,6 +587,10 @@ class Broker:
             raise _unknown_topic(OFFSETS_TOPIC)
         return tables[OFFSETS_TOPIC]
 
+    def _require_group(self, session: Session, operation: OperationType) -> None:
+        if not self.access.group(session, operation):
+            raise GroupError(kafka.GROUP_AUTHORIZATION_FAILED, f"no {operation.name} permission on groups")
+
     async def _coordinate(self, group_id: str) -> Replica:
         """This server's leader replica of the group's offsets bucket, with the group's commits
         loaded; GroupError(NOT_COORDINATOR) when another server leads it."""
@@ -560,6 +618,7 @@ class Broker:
             "members": [],
         }
         try:
+            self._require_group(session, _READ)
             await self._coordinate(request.group_id)
             session_timeout = request.session_timeout.total_seconds()
             rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
@@ -588,6 +647,7 @@ class Broker:
 
     async def sync_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
+            self._require_group(session, _READ)
             await self._coordinate(request.group_id)
             assignment, group = await self.groups.sync(
                 request.group_id,
@@ -607,6 +667,7 @@ class Broker:
 
     async def heartbeat(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
+            self._require_group(session, _READ)
             await self._coordinate(request.group_id)
             self.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
         except GroupError as e:
@@ -620,6 +681,7 @@ class Broker:
         for member_id in ids:
             code = kafka.NONE
             try:
+                self._require_group(session, _READ)
                 await self._coordinate(request.group_id)
                 self.groups.leave(request.group_id, member_id)
             except GroupError as e:
@@ -630,12 +692,16 @@ class Broker:
     async def offset_commit(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         generation = int(getattr(request, "generation_id_or_member_epoch", -1))
         code = kafka.NONE
+        # Kafka: READ on the group for the request, READ on each topic for its offsets
+        unreadable = {t.name for t in request.topics if not self.access.topic(session, _READ, t.name)}
         offsets = {
             (t.name, int(p.partition_index)): (int(p.committed_offset), p.committed_metadata)
             for t in request.topics
+            if t.name not in unreadable
             for p in t.partitions
         }
         try:
+            self._require_group(session, _READ)
             replica = await self._coordinate(request.group_id)
             self.groups.check_commit(request.group_id, generation, request.member_id)
             if offsets:
@@ -653,7 +719,13 @@ class Broker:
                 {
                     "name": t.name,
                     "partitions": [
-                        {"partition_index": p.partition_index, "error_code": code} for p in t.partitions
+                        {
+                            "partition_index": p.partition_index,
+                            "error_code": kafka.TOPIC_AUTHORIZATION_FAILED
+                            if t.name in unreadable and code == kafka.NONE
+                            else code,
+                        }
+                        for p in t.partitions
                     ],
                 }
                 for t in request.topics
@@ -662,34 +734,43 @@ class Broker:
 
     async def offset_fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
+            self._require_group(session, _DESCRIBE)
             await self._coordinate(request.group_id)
         except GroupError as e:
             return {"throttle_time": 0, "topics": [], "error_code": e.code}
         committed = self.groups.committed(request.group_id)
+        denied: set[str] = set()
         if request.topics is None:
+            # every committed topic the caller may describe; the others are left out, as Kafka does
             asked: dict[str, list[int]] = {}
+            visible = set(self.access.describable(session, sorted({name for name, _ in committed})))
             for name, partition in sorted(committed):
-                asked.setdefault(name, []).append(partition)
+                if name in visible:
+                    asked.setdefault(name, []).append(partition)
         else:
             asked = {t.name: [int(i) for i in t.partition_indexes] for t in request.topics}
+            denied = {n for n in asked if not self.access.topic(session, _DESCRIBE, n)}
         topics = []
         for name, partitions in asked.items():
             entries = []
             for partition in partitions:
-                offset, metadata = committed.get((name, partition), (-1, ""))
+                offset, metadata = (-1, "") if name in denied else committed.get((name, partition), (-1, ""))
                 entries.append(
                     {
                         "partition_index": partition,
                         "committed_offset": offset,
                         "metadata": metadata,
-                        "error_code": kafka.NONE,
+                        "error_code": kafka.TOPIC_AUTHORIZATION_FAILED if name in denied else kafka.NONE,
                     }
                 )
             topics.append({"name": name, "partitions": entries})
         return {"throttle_time": 0, "topics": topics, "error_code": kafka.NONE}
 
     async def list_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
-        mine = []
+        mine: list[dict[str, Any]] = []
+        if not self.access.group(session, _DESCRIBE):
+            # every group is the same Fluss resource: without DESCRIBE on it, none is listed
+            return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
         for group in self.groups.groups.values():
             try:
                 self._leader(OFFSETS_TOPIC, offsets_bucket(group.group_id))
@@ -710,6 +791,7 @@ class Broker:
                 "members": [],
             }
             try:
+                self._require_group(session, _DESCRIBE)
                 await self._coordinate(group_id)
             except GroupError as e:
                 described.append({**entry, "error_code": e.code})
@@ -750,6 +832,15 @@ class Broker:
                     raise InvalidConfigError(f"topic configs are not supported (got {names})")
                 if topic.name == OFFSETS_TOPIC:
                     raise InvalidTableError(f"{OFFSETS_TOPIC} is the internal topic of committed offsets")
+                if not self.access.create_topics(session):
+                    results.append(
+                        {
+                            **result,
+                            "error_code": kafka.TOPIC_AUTHORIZATION_FAILED,
+                            "error_message": f"no CREATE permission on database {self.context.database}",
+                        }
+                    )
+                    continue
                 if not request.validate_only:
                     await self._create_topic(
                         topic.name,
@@ -794,6 +885,15 @@ class Broker:
             try:
                 if name == OFFSETS_TOPIC:
                     raise InvalidTableError(f"{OFFSETS_TOPIC} is the internal topic of committed offsets")
+                if not self.access.topic(session, _DROP, name):
+                    results.append(
+                        {
+                            **result,
+                            "error_code": kafka.TOPIC_AUTHORIZATION_FAILED,
+                            "error_message": f"no DROP permission on topic {name}",
+                        }
+                    )
+                    continue
                 if name not in await self._topic_names() or not await self._table_metadata([name]):
                     raise _unknown_topic(name)  # tables of other schemas are not topics: not dropped here
                 await self.context.coordinator(

@@ -7,6 +7,12 @@ listener, while connections run side by side. Frames larger than the RPC server'
 frames that do not decode, after a log line. A request of an API or version that is not served
 closes the connection too, except ApiVersions, which is answered in version 0 with
 UNSUPPORTED_VERSION and the versions served (Kafka's rule, so the client can retry lower).
+
+On a listener mapped to SASL (or SASL_SSL, minus the TLS, which is not served here) a connection must
+authenticate with SaslHandshake v1 and SaslAuthenticate before anything but ApiVersions is answered,
+as a Kafka broker requires; the PLAIN tokens are checked against the listener's users by the tablet
+server's security layer, the one the Fluss listeners use. A failed authentication is answered with
+SASL_AUTHENTICATION_FAILED and the connection closes.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ import struct
 import time
 from typing import Any
 
-from strom.common.errors import FlussError
+from strom.common.errors import AuthenticateError, FlussError
 from strom.common.supervision import TaskSet
 from strom.rpc.limits import RpcLimits
 from strom.rpc.server import RequestObserver, Session
+from strom.security.acl import ANONYMOUS
+from strom.security.layer import SecurityLayer
+from strom.security.sasl import PLAIN
 from strom.server.kafka import errors as kafka
 from strom.server.kafka.broker import SERVED_VERSIONS, Broker, api_versions_response
 from strom.server.kafka.messages import (
@@ -36,6 +45,10 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 # Metrics keys of Kafka requests: Kafka's key plus this, apart from Fluss's keys (1000 and up)
 KAFKA_METRIC_KEY_BASE = 20000
+# what a connection may ask before it authenticated on a SASL listener
+_BEFORE_LOGIN = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_MECHANISM = "kafka_sasl_mechanism"
+_FAILED_AUTHENTICATION_DELAY_S = 0.1
 
 
 class KafkaListener:
@@ -48,8 +61,14 @@ class KafkaListener:
         broker: Broker,
         limits: RpcLimits,
         observer: RequestObserver | None = None,
+        listener: str = "KAFKA",
+        security: SecurityLayer | None = None,
     ) -> None:
         self.name = name
+        self.listener = listener
+        self.security = security
+        # SASL before anything else on a SASL listener; elsewhere callers are anonymous, as on Fluss's
+        self.requires_sasl = security is not None and security.requires_authentication(listener)
         self.host = host
         self._port = port
         self.broker = broker
@@ -69,6 +88,15 @@ class KafkaListener:
         self._server = await asyncio.start_server(self._accept, self.host, self._port)
         log.info("%s serves the Kafka protocol on %s:%d", self.name, self.host, self.port)
 
+    async def drain(self, refusal: Any, grace_s: float, finish: frozenset[Any]) -> int:
+        """The listener group's graceful stop step (RpcServer.drain). Kafka requests are not refused
+        while the server drains: a Kafka client learns of the new leaders from NOT_LEADER_OR_FOLLOWER
+        answers once the replicas moved, and close() ends the connections."""
+        return 0
+
+    async def quiet(self, quiet_s: float, max_s: float) -> None:
+        """Nothing to wait for: drain() refuses no Kafka request (RpcServer.quiet)."""
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -78,12 +106,50 @@ class KafkaListener:
         if self._server is not None:
             await self._server.wait_closed()
 
+    @property
+    def _sasl(self) -> dict[int, Any]:
+        return {
+            ApiKey.SASL_HANDSHAKE: self._sasl_handshake,
+            ApiKey.SASL_AUTHENTICATE: self._sasl_authenticate,
+        }
+
+    async def _sasl_handshake(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        if not self.requires_sasl or session.principal is not None:
+            return {"error_code": kafka.ILLEGAL_SASL_STATE, "mechanisms": []}
+        if request.mechanism.upper() != PLAIN:
+            return {"error_code": kafka.UNSUPPORTED_SASL_MECHANISM, "mechanisms": [PLAIN]}
+        session.attributes[_MECHANISM] = PLAIN
+        return {"error_code": kafka.NONE, "mechanisms": [PLAIN]}
+
+    async def _sasl_authenticate(self, request: Any, version: int, session: Session) -> dict[str, Any]:
+        mechanism = session.attributes.get(_MECHANISM)
+        if mechanism is None or session.principal is not None or self.security is None:
+            session.authentication_failed = True  # out of order: answered, then closed
+            return {
+                "error_code": kafka.ILLEGAL_SASL_STATE,
+                "error_message": "SaslAuthenticate needs a SaslHandshake first, once per connection",
+                "auth_bytes": b"",
+            }
+        try:
+            session.principal = self.security.authenticate(self.listener, mechanism, request.auth_bytes)
+        except AuthenticateError as e:
+            log.warning("Kafka SASL authentication from %s failed: %s", session.peer, e.message)
+            session.authentication_failed = True
+            return {
+                "error_code": kafka.SASL_AUTHENTICATION_FAILED,
+                "error_message": e.message,
+                "auth_bytes": b"",
+            }
+        return {"error_code": kafka.NONE, "error_message": None, "auth_bytes": b"", "session_lifetime": 0}
+
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.spawn(self._serve(reader, writer), name="kafka-connection")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        session = Session(peer=f"{peer[0]}:{peer[1]}" if peer else "?", listener="KAFKA")
+        session = Session(peer=f"{peer[0]}:{peer[1]}" if peer else "?", listener=self.listener)
+        if not self.requires_sasl:
+            session.principal = ANONYMOUS
         self._writers.add(writer)
         try:
             while True:
@@ -107,6 +173,12 @@ class KafkaListener:
                 if isinstance(answer, bytes):
                     writer.write(answer)
                     await writer.drain()
+                if session.authentication_failed:
+                    # Kafka closes the connection after a failed SaslAuthenticate, 100 ms later
+                    # (connection.failed.authentication.delay.ms): clients read the answer first, and
+                    # password guessing slows down
+                    await asyncio.sleep(_FAILED_AUTHENTICATION_DELAY_S)
+                    return
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             return
         finally:
@@ -129,8 +201,16 @@ class KafkaListener:
             return False
         failed = False
         session.attributes["kafka_client_id"] = request.client_id
+        if session.principal is None and request.api_key not in _BEFORE_LOGIN:
+            log.warning(
+                "closing Kafka connection from %s: API key %d before SASL authentication on listener %s",
+                session.peer,
+                request.api_key,
+                self.listener,
+            )
+            return False
         try:
-            handler = self.broker.handlers[request.api_key]
+            handler = self._sasl.get(request.api_key) or self.broker.handlers[request.api_key]
             values: Any = await handler(request.body, request.api_version, session)
             if values is None:
                 return None

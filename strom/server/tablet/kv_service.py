@@ -23,6 +23,7 @@ from strom.common.errors import (
     FlussError,
     InvalidRequiredAcksError,
     InvalidTableError,
+    LakeStorageNotConfiguredError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
     UnknownServerError,
@@ -33,6 +34,7 @@ from strom.record.kv_batch import KV_SCHEMA_ID_OFFSET, KvRecordBatch, kv_record_
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
+from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.auto_increment import AllocateIds
 from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
@@ -74,8 +76,11 @@ class KvService:
         log_service: LogService | None = None,
         min_in_sync_replicas: int = 1,
         allocate_ids: AllocateIds | None = None,
+        historical: HistoricalLookup | None = None,
     ) -> None:
         self.replicas = replicas
+        # lookups of expired partitions, read from the lake (None: refused)
+        self.historical = historical
         # where auto-increment id ranges come from (the coordinator)
         self.allocate_ids = allocate_ids
         self.min_in_sync_replicas = min_in_sync_replicas
@@ -220,6 +225,9 @@ class KvService:
                 result.original_partition_name = entry.original_partition_name
             try:
                 replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                if entry.HasField("original_partition_name"):
+                    await self._historical_values(request, replica, entry, result)
+                    continue
                 values = kv.multi_get(list(entry.keys))
                 if request.insert_if_not_exists and None in values:
                     values = await self._insert_missing(replica, kv, list(entry.keys), values, request)
@@ -236,6 +244,35 @@ class KvService:
                 del result.values[:]
                 _set_error(result, _unexpected(bucket, "Lookup", e))
         return response
+
+    async def _historical_values(
+        self,
+        request: pb.LookupRequest,
+        replica: Replica,
+        entry: pb.PbLookupReqForBucket,
+        result: pb.PbLookupRespForBucket,
+    ) -> None:
+        """A lookup of an expired partition, sent to the `__historical__` bucket: read from the lake."""
+        if request.insert_if_not_exists:
+            raise InvalidTableError(
+                f"insert_if_not_exists is not supported for lookups of the expired partition "
+                f"'{entry.original_partition_name}' of {replica.table_info.table_path}"
+            )
+        if self.historical is None:
+            raise LakeStorageNotConfiguredError("this tablet server has no lake to answer historical lookups")
+        values = await self.historical.lookup(
+            replica.table_info,
+            replica.partition_name,
+            entry.bucket_id,
+            entry.original_partition_name,
+            list(entry.keys),
+        )
+        add = result.values.add
+        for value in values:
+            if value is None:
+                add()
+            else:
+                add(values=value)
 
     async def _insert_missing(
         self,

@@ -53,6 +53,7 @@ from strom.server.server_options import check_server_config, option_value, remot
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
+from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
@@ -207,6 +208,7 @@ class TabletServer:
             self.log_service,
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
+            historical=HistoricalLookup(dict(self.config)),
         )
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
@@ -287,6 +289,7 @@ class TabletServer:
                 ),
                 limits,
                 observer,
+                self.security,
             ),
         )
         self.acl_sync = (
