@@ -358,11 +358,11 @@ def test_exactly_once_producer_ids_and_recovery_multiset() -> None:
     assert producer_id({"checkpointLocation": "/ck/q1"}) == producer_id({"checkpointLocation": "/ck/q1/"})
     assert producer_id({"checkpointLocation": "/ck/q1"}) != producer_id({"checkpointLocation": "/ck/q2"})
     assert producer_id({"sink.producer-id": "orders_copy", "checkpointLocation": "/x"}) == "orders_copy"
-    with pytest.raises(SparkOptionError, match="sink.producer-id"):
+    with pytest.raises(SparkOptionError, match=r"sink\.producer-id"):
         producer_id({"sink.producer-id": "bad id!"})
     with pytest.raises(SparkOptionError, match="checkpointLocation"):
         producer_id({})
-    with pytest.raises(SparkOptionError, match="sink.exactly-once"):
+    with pytest.raises(SparkOptionError, match=r"sink\.exactly-once"):
         enabled({"sink.exactly-once": "maybe"})
     # A batch holding a row twice, of which the crashed attempt wrote one copy and another row.
     rows = pa.table({"id": [1, 1, 2, 3], "tags": [["a"], ["a"], None, []]})
