@@ -21,6 +21,7 @@ from strom.common.errors import (
     DatabaseNotEmptyError,
     DatabaseNotExistError,
     FlussError,
+    InvalidTableError,
     PartitionAlreadyExistsError,
     PartitionNotExistError,
     TableAlreadyExistError,
@@ -31,7 +32,15 @@ from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor
 from strom.common.table_path import TablePath
 from strom.common.types import DataType
 from strom.spark import bridge
-from strom.spark.options import BOOTSTRAP_SERVERS, CLIENT_PREFIX, TABLE, ConnectionOptions, SparkOptionError
+from strom.spark.options import (
+    BOOTSTRAP_SERVERS,
+    CLIENT_PREFIX,
+    TABLE,
+    ConnectionOptions,
+    ReadOptions,
+    SparkOptionError,
+    StartupMode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +159,27 @@ class CatalogBackend:
             "list_partitions": self._list_partitions,
             "create_partition": self._create_partition,
             "drop_partition": self._drop_partition,
+            "row_count": self._row_count,
         }
+
+    def _row_count(self, options: dict[str, str], args: dict[str, Any]) -> int | None:
+        """`SELECT count(*)` without a scan: GetTableStats' row count, when it is the count the scan
+        would give (a whole-table read of the live table; None otherwise, and Spark scans)."""
+        from strom.spark.datasource import FlussDataSource
+
+        read = ReadOptions.parse(options)
+        source = FlussDataSource(options)
+        info = source.table_info()
+        whole = read.startup_mode is StartupMode.FULL or (
+            read.startup_mode is StartupMode.EARLIEST and not info.has_primary_key
+        )
+        if not whole or read.union_read or read.end_timestamp_ms is not None or read.include_change_type:
+            return None
+        try:
+            stats = bridge.run_admin(source.connection, lambda ad: ad.get_table_stats(info.table_path))
+        except InvalidTableError:
+            return None  # a primary-key table whose changelog image is WAL keeps no row count
+        return int(stats.row_count)
 
     def _database_info(self, options: dict[str, str], args: dict[str, Any]) -> dict[str, str]:
         info = _admin(options, lambda ad: ad.get_database_info(args["database"]))

@@ -88,6 +88,11 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
     plan = selective._jdf.queryExecution().executedPlan().toString()
     assert re.search(r"BatchScan \S+\[id#\d+L, item#\d+, amount#\d+\]", plan), plan
     assert sorted(tuple(r) for r in selective.collect()) == [(1, "mug"), (3, "cup!")]
+    # count(*) without a filter comes from GetTableStats: a one-row local scan, no Fluss read
+    counted = spark.sql(f"SELECT count(*), count(1) FROM {catalog}.{db}.orders")
+    plan = counted._jdf.queryExecution().executedPlan().toString()
+    assert "LocalTableScan" in plan and "BatchScan" not in plan, plan
+    assert [tuple(r) for r in counted.collect()] == [(4, 4)]
 
     sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
     sql("INSERT INTO CAT.DB.orders VALUES (5, 'ink', 0.5, 'blue')")
@@ -111,6 +116,7 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
     assert sql("SHOW PARTITIONS CAT.DB.events") == [("region=eu",), ("region=us",)]
     sql("INSERT INTO CAT.DB.events VALUES (1, 'eu'), (2, 'us'), (3, 'eu')")
     assert sql("SELECT count(*) FROM CAT.DB.events WHERE region = 'eu'") == [(2,)]
+    assert sql("SELECT count(*) FROM CAT.DB.events") == [(3,)]  # stats summed over the partitions
     sql("ALTER TABLE CAT.DB.events DROP PARTITION (region = 'us')")
     assert sql("SHOW PARTITIONS CAT.DB.events") == [("region=eu",)]
 

@@ -49,6 +49,11 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
     backend = python;
   }
 
+  /** The driver's Python side, or null before strom.spark.register ran. */
+  static FlussCatalogBackend backend() {
+    return backend;
+  }
+
   @Override
   public void initialize(String name, CaseInsensitiveStringMap options) {
     this.name = name;
