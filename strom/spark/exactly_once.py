@@ -5,7 +5,7 @@ A log table cannot take rows back, so a micro-batch must not be visible in piece
 would write again. Tasks therefore write nothing: each returns its prepared rows (Arrow IPC) in its
 commit message, and a retried or killed task leaves no trace. The driver's `commit(batch)` then
 writes the batch under two producer-offset registrations, whose ids derive from the query's
-producer id (its checkpoint location, or ``sink.producer-id``) and the batch id:
+producer id (``sink.producer-id``, Spark's query id, or its checkpoint location) and the batch id:
 
 1. ``<producer>_<batch>_done`` exists: an earlier driver committed this batch and died before
    Spark's commit log recorded it. Nothing is written.
@@ -56,6 +56,9 @@ EXACTLY_ONCE = "sink.exactly-once"
 # tasks wrote). Spark runs the commit in a Python worker outside that group, which dies too.
 CRASH_ENV = "STROM_TEST_SPARK_CRASH"
 CHECKPOINT_LOCATION = "checkpointLocation"
+# Spark's streaming query id (kept in the checkpoint, the same after a restart), which Strom's JVM
+# glue (FlussTable.newWriteBuilder) adds to a write's options.
+QUERY_ID = "__spark.query-id"
 # Registrations must outlive a query that is down for a while: a batch whose rows were written but
 # not yet in Spark's commit log is recognised only while its `_done` registration lives.
 REGISTRATION_TTL_MS = 30 * 24 * 3600 * 1000
@@ -93,8 +96,9 @@ def crash_point(batch_id: int) -> None:
 
 
 def producer_id(options: Mapping[str, str]) -> str:
-    """The stable name of a streaming query's registrations: ``sink.producer-id``, or one derived
-    from the checkpoint location (a restart from the same checkpoint gets the same name)."""
+    """The stable name of a streaming query's registrations: ``sink.producer-id``, else Spark's query
+    id (with the JVM glue), else one derived from the checkpoint location. The query id is best: a
+    new checkpoint at an old location is a new query and must not find the old one's registrations."""
     given = options.get(PRODUCER_ID)
     if given is not None:
         if not _VALID.match(given):
@@ -102,6 +106,9 @@ def producer_id(options: Mapping[str, str]) -> str:
                 f"Invalid value for '{PRODUCER_ID}': '{given}'. Use 1-100 letters, digits, '_' or '-'."
             )
         return given
+    query = options.get(QUERY_ID)
+    if query:
+        return "spark_" + re.sub(r"[^A-Za-z0-9_-]", "_", query)[:90]
     checkpoint = options.get(CHECKPOINT_LOCATION)
     if checkpoint is None:
         raise SparkOptionError(

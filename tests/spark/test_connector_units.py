@@ -358,6 +358,8 @@ def test_exactly_once_producer_ids_and_recovery_multiset() -> None:
     assert producer_id({"checkpointLocation": "/ck/q1"}) == producer_id({"checkpointLocation": "/ck/q1/"})
     assert producer_id({"checkpointLocation": "/ck/q1"}) != producer_id({"checkpointLocation": "/ck/q2"})
     assert producer_id({"sink.producer-id": "orders_copy", "checkpointLocation": "/x"}) == "orders_copy"
+    # Spark's query id (from the JVM glue) wins over the checkpoint location.
+    assert producer_id({"__spark.query-id": "6f1c-aa", "checkpointLocation": "/ck/q1"}) == "spark_6f1c-aa"
     with pytest.raises(SparkOptionError, match=r"sink\.producer-id"):
         producer_id({"sink.producer-id": "bad id!"})
     with pytest.raises(SparkOptionError, match="checkpointLocation"):

@@ -3,6 +3,8 @@ restarted from its checkpoint; with `sink.exactly-once=false` the same crash dup
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -17,11 +19,20 @@ from exactly_once_job import run_query
 from fluss_helpers import append, create_table, read_log, unique
 from harness import Cluster
 
+from strom.client import Connection
 from strom.spark.exactly_once import CRASH_ENV
 
 JOB = Path(__file__).with_name("exactly_once_job.py")
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 ROWS = 300  # 3 micro-batches of 100; the driver dies in batch 1
+
+
+def registered(bootstrap: str, producer: str) -> bool:
+    async def get() -> bool:
+        async with await Connection.create({"bootstrap.servers": bootstrap}) as client:
+            return await client.get_admin().get_producer_offsets(producer) is not None
+
+    return asyncio.run(get())
 
 
 def crash_driver(cluster: Cluster, source: str, target: str, checkpoint: Path, once: bool) -> int:
@@ -66,6 +77,11 @@ def test_driver_killed_mid_batch_writes_every_row_once(
     written = read_log(bootstrap, target, buckets=2).num_rows
     # Batch 0 whole, batch 1 half (exactly once) or whole (at least once: tasks wrote, commit died).
     assert written == (150 if once else 200)
+    if once:  # the crashed batch's start offsets are registered under Spark's query id
+        query_id = json.loads((checkpoint / "metadata").read_text())["id"]
+        assert registered(bootstrap, f"spark_{query_id}_1") and not registered(
+            bootstrap, f"spark_{query_id}_1_done"
+        )
 
     # The restarted driver (this test's session) resumes from the checkpoint and re-runs batch 1.
     run_query(spark, bootstrap, source, target, str(checkpoint), once)

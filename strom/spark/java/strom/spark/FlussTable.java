@@ -143,6 +143,7 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
   }
 
   private static final String FILTER_PUSHDOWN = "scan.filter-pushdown";
+  private static final String QUERY_ID = "__spark.query-id";
 
   private PythonTable planned() {
     return new PythonTable(pinned != null ? pinned : FlussSource.fresh(shortName), shortName, schema);
@@ -161,7 +162,11 @@ public class FlussTable extends PythonTable implements SupportsPartitionManageme
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    CaseInsensitiveStringMap options = merged(info.options().asCaseSensitiveMap());
+    Map<String, String> given = new HashMap<>(info.options().asCaseSensitiveMap());
+    // A streaming query's id is kept in its checkpoint and survives restarts; exactly-once appends
+    // name their producer offsets after it (strom.spark.exactly_once). Python sources never see it.
+    given.put(QUERY_ID, info.queryId());
+    CaseInsensitiveStringMap options = merged(given);
     LogicalWriteInfo withOptions = new LogicalWriteInfo() {
       @Override
       public CaseInsensitiveStringMap options() {
