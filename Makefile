@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 GLUE_JAR := strom/spark/java/strom-spark.jar
 GLUE_SOURCES := $(shell find strom/spark/java -type f ! -name '*.jar' ! -name '*.tmp')
 
-.PHONY: run test lint proto bench clean zookeeper fuse
+.PHONY: run test test-long lint proto bench clean zookeeper fuse
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,11 @@ test: $(STAMP) $(GLUE_JAR) zookeeper fuse
 	$(BIN)/ruff check strom tests scripts bench
 	$(BIN)/mypy
 	$(BIN)/mypy tests/lake  # a run of its own: its conftest and tests/spark's share a module name
-	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not long" $(PYTEST_ARGS)
+
+# the tests `make test` leaves out for time (marked `long`); the fault campaign is `python -m tests.faults`
+test-long: $(STAMP) zookeeper fuse
+	$(BIN)/pytest -q -p no:cacheprovider -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check strom tests scripts bench

@@ -9,6 +9,10 @@
   names the job — name, Spark application id, address — that holds each table; one service's driver
   SIGKILLed → its tables go to the other within the job timeout and the lake (pyiceberg and DuckDB)
   ends equal to Fluss, exactly once.
+
+Both are `long` (`make test-long`): `make test` keeps the Iceberg kill test on the standalone cluster
+(test_spark_cluster) and the Paimon and two-service runs in local mode (test_tiering_service,
+test_tiering_jobs), which cover the same code in a third of the time.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import duckdb
 import fluss
 import pyarrow as pa
+import pytest
 from harness import Cluster
 from test_spark_cluster import executors, get_json, kill_workers_mid_round, start_cluster_tiering
 from test_tiering_service import (
@@ -41,6 +46,8 @@ from test_tiering_service import (
 
 from strom.server.launcher import free_port
 from strom.spark.standalone import StandaloneCluster
+
+pytestmark = pytest.mark.long
 
 TAKEN = re.compile(r"tiering (\S+) \(table id (\d+), tiering epoch (\d+)\): taken by job (\S+)")
 RELEASED = re.compile(r"released (\S+) \(table id (\d+), tiering epoch (\d+)\) by job (\S+): (\w+)")
