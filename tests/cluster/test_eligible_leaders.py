@@ -34,7 +34,7 @@ from typing import Any
 import fluss
 import pyarrow as pa
 import pytest
-from faults.lazyfs import LazyMount, fuse_available
+from faults.lazyfs import LazyMount, requires_fuse
 from harness import Cluster
 
 from strom.client import Connection, TableChange
@@ -113,7 +113,7 @@ def power_cut(cluster: Cluster, mounts: dict[int, LazyMount], server_id: int) ->
 
 
 @pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election-after-waiting"])
-@pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+@requires_fuse()
 def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_third_is_paused(
     tmp_path: Path, unclean: bool
 ) -> None:
@@ -264,7 +264,7 @@ def test_on_zookeeper_a_killed_replica_waits_for_the_one_stopped_cleanly(cluster
     assert pyfluss(cluster, read) == list(range(ROWS))
 
 
-@pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+@requires_fuse()
 def test_when_every_replica_restarted_uncleanly_the_longest_log_leads(tmp_path: Path) -> None:
     """The chain that lost 3,132 acknowledged appends in a campaign (docs/reliability.md): every replica
     of a bucket goes down at once, the first in assignment order by a power cut (its log ends at its

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pytest
 from harness import Cluster, run_pyfluss
 
-from faults.lazyfs import LazyMount, LazyMountError, fuse_available, is_mounted
+from faults.lazyfs import LazyMount, LazyMountError, is_mounted, requires_fuse
 
-pytestmark = pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+pytestmark = requires_fuse()
 
 
 @pytest.fixture

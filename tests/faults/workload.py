@@ -22,6 +22,7 @@ import contextlib
 import json
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -69,27 +70,33 @@ async def setup(bootstrap: str) -> None:
         await connection.close()
 
 
-class Session:
+class Session(ABC):
     """One client's connection and its writers; replaced whole after an error, since a writer whose
     flush failed or timed out may still hold (and later send) what it was given."""
 
+    @abstractmethod
     async def open(self, bootstrap: str) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def append(self, ids: list[int], worker: int) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def upsert(self, key: int, value: int) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def delete(self, key: int) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def lookup(self, key: int) -> int | None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        ...
 
 
 class PyFlussSession(Session):

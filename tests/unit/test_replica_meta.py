@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults.lazyfs import LazyMount, fuse_available
+from faults.lazyfs import LazyMount, requires_fuse
 from kv_table_maker import LOG_CONFIG, make_info
 from log_batch_maker import make_batch
 
@@ -46,7 +46,7 @@ def lead(manager: ReplicaManager) -> Replica:
     return manager.become_leader_or_follower(BUCKET, **LEADERSHIP)
 
 
-@pytest.mark.skipif(fuse_available() is not None, reason=str(fuse_available()))
+@requires_fuse()
 def test_replica_json_survives_a_power_cut(tmp_path: Path) -> None:
     with LazyMount(tmp_path / "backing", tmp_path / "mnt") as mount:
         manager = ReplicaManager(0, mount.mountpoint, lambda info: LOG_CONFIG)
