@@ -15,6 +15,7 @@ from strom.server.launcher import (
     free_port,
     listed_tablet_servers,
     wait_for_tablet_servers,
+    wait_until_leading,
     wait_until_serving,
 )
 
@@ -121,19 +122,23 @@ class Cluster:
         processes = [self.tablet_servers[i] for i in alive]
         coordinator = next(c for c in self.coordinators if c.is_alive())
         asyncio.run(wait_for_tablet_servers(coordinator, alive, timeout, processes))
+        for process in processes:
+            asyncio.run(wait_until_leading(coordinator, process, timeout))
 
     def kill_tablet_server(self, server_id: int) -> None:
         self.tablet_servers[server_id].kill()
 
     def start_tablet_server(self, server_id: int) -> None:
-        """Start it and return once the coordinator lists it again: a client connecting before that
-        gets a cluster without it (pyfluss then reports a table whose only server it was as not found)."""
+        """Start it and return once the coordinator lists it again and it leads what the coordinator
+        says it leads: a client connecting before that gets a cluster without it (pyfluss then reports
+        a table whose only server it was as not found), or NOT_LEADER_OR_FOLLOWER from it."""
         server = self.tablet_servers[server_id]
         server.start()
         asyncio.run(wait_until_serving(server))
         coordinator = next((c for c in self.coordinators if c.is_alive()), None)
         if coordinator is not None:
             asyncio.run(wait_until_listed(coordinator, server))
+            asyncio.run(wait_until_leading(coordinator, server))
 
     def restart_coordinator(self, kill: bool = True) -> None:
         if kill:

@@ -17,11 +17,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from strom.common.errors import FlussError
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import fluss_api_pb2 as pb
+from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.security.credentials import cluster_login, cluster_tls
 
 COORDINATOR = "coordinator"
@@ -167,6 +169,66 @@ async def listed_tablet_servers(coordinator: ServerProcess) -> set[int] | None:
     except FlussError:
         return None
     return {s.node_id for s in response.tablet_servers}
+
+
+async def _internal_request(
+    server: ServerProcess, login_from: ServerProcess, api: ApiKey, request: Any
+) -> Any:
+    connection = await RpcConnection.connect(
+        server.host,
+        server.port,
+        connect_timeout=2,
+        sasl=cluster_login(login_from.config),
+        tls=cluster_tls(login_from.config),
+    )
+    try:
+        return await connection.request(api, request, timeout=5)
+    finally:
+        connection.close()
+
+
+async def leads_what_it_should(coordinator: ServerProcess, server: ServerProcess) -> bool:
+    """Whether the tablet server leads every bucket the coordinator names it leader of, and every
+    bucket it could lead (it is in the ISR or ELR, or the only replica) has a leader. A restarted
+    server is listed as soon as it registers, but its buckets have a leader only once the coordinator's
+    election ends and lead only once its NotifyLeaderAndIsr arrives; until then clients get "no leader"
+    or NOT_LEADER_OR_FOLLOWER, which some pyfluss calls (ListOffsets under `to_arrow`) do not retry."""
+    try:
+        cluster = await _internal_request(
+            coordinator, coordinator, ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest()
+        )
+        replicas = await _internal_request(
+            server, coordinator, ApiKey.DESCRIBE_REPLICAS, internal.DescribeReplicasRequest()
+        )
+    except FlussError:
+        return False
+    led = {
+        (r.table_id, r.partition_id if r.HasField("partition_id") else None, r.bucket_id)
+        for r in replicas.replicas
+        if r.leader
+    }
+    me = server.server_id
+    for b in cluster.buckets:
+        key = (b.table_id, b.partition_id if b.HasField("partition_id") else None, b.bucket_id)
+        could_lead = me in b.isr or me in b.elr or list(b.replicas) == [me]
+        if (b.leader == me and key not in led) if b.HasField("leader") else could_lead:
+            return False
+    return True
+
+
+async def wait_until_leading(
+    coordinator: ServerProcess, server: ServerProcess, timeout: float = 30.0
+) -> None:
+    """Until `leads_what_it_should` (failing fast if the server's process exits)."""
+    deadline = time.monotonic() + timeout
+    while not await leads_what_it_should(coordinator, server):
+        if not server.is_alive():
+            raise RuntimeError(f"tablet server {server.server_id} exited; see {server.log_path}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"tablet server {server.server_id} does not lead the buckets the coordinator gave it"
+            )
+        await asyncio.sleep(0.05)
 
 
 async def wait_for_tablet_servers(
