@@ -72,6 +72,13 @@ def read_bucket(
         rows = _read_delta(lake_storage, table, snapshot_id, partition, bucket, end_offset, wanted)
     else:
         raise ValueError(f"Union reads do not support lake format '{lake_storage.format}'.")
+    # A column AlterTable added after the lake table's last schema change is not there yet: every
+    # lake row predates it (tiering widens the lake table before it writes a row that has it), so
+    # it is NULL there, as it is in Fluss for rows written before the ALTER.
+    types = table.descriptor.schema.to_arrow_schema()
+    for name in wanted:
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, types.field(name).type))
     if rows.num_rows == 0:
         return rows
     # The formats prune by these conditions; checking them on the rows keeps the result exact.
@@ -105,7 +112,10 @@ def _read_iceberg(
     )
     for key, value in partition.items():
         condition = And(condition, EqualTo(term=Reference(key), value=literal(value)))
-    scan = iceberg.scan(row_filter=condition, selected_fields=tuple(columns), snapshot_id=snapshot_id)
+    # The planned snapshot's schema: columns added to the Fluss table since are left to the caller.
+    present = {f.name for f in iceberg.scan(snapshot_id=snapshot_id).projection().fields}
+    selected = tuple(c for c in columns if c in present)
+    scan = iceberg.scan(row_filter=condition, selected_fields=selected, snapshot_id=snapshot_id)
     result: pa.Table = scan.to_arrow()
     return result
 
@@ -123,6 +133,7 @@ def _read_paimon(
     where = builder.new_predicate_builder()
     # Only the bucket is pushed: a value filter such as __offset could drop a key's newer version
     # before primary-key merging and resurrect an older one.
+    columns = [c for c in columns if c in paimon.field_dict]  # the rest: added to Fluss since
     builder = builder.with_projection(list(columns)).with_filter(where.equal(BUCKET_COLUMN, bucket))
     splits = builder.new_scan().plan().splits()
     result = builder.new_read().to_arrow(splits) if splits else None
@@ -153,8 +164,9 @@ def _read_lance(
 ) -> pa.Table:
     # Version `snapshot_id` is the planned one; Lance tables are log tables, so a value filter is exact.
     dataset: Any = lake_storage.catalog().open(table.table_path, snapshot_id)  # type: ignore[attr-defined]
+    present = set(dataset.schema.names)  # columns added to Fluss since are not there
     result: pa.Table = dataset.to_table(
-        columns=list(columns), filter=_bucket_filter(partition, bucket, end_offset)
+        columns=[c for c in columns if c in present], filter=_bucket_filter(partition, bucket, end_offset)
     )
     return result
 
@@ -171,7 +183,10 @@ def _read_delta(
     delta: Any = lake_storage.catalog().open(table.table_path, snapshot_id)  # type: ignore[attr-defined]
     # Partition pruning from the Delta log first; the rest of the condition on the files' rows.
     partitions = [(k, "=", v) for k, v in partition.items()] or None
+    present = {f.name for f in delta.schema().fields}  # columns added to Fluss since are not there
     result: pa.Table = delta.to_pyarrow_table(
-        partitions=partitions, columns=list(columns), filters=_bucket_filter(partition, bucket, end_offset)
+        partitions=partitions,
+        columns=[c for c in columns if c in present],
+        filters=_bucket_filter(partition, bucket, end_offset),
     )
     return result

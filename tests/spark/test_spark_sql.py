@@ -4,13 +4,15 @@ One Spark session for all checks; pyfluss is the reference for what landed in Fl
 from __future__ import annotations
 
 import re
-from collections import Counter
+from pathlib import Path
 from typing import Any
 
-import fluss
 import pyarrow as pa
+import pytest
+import sql_lake_scenario
 from fluss_helpers import create_table, lookup_all, unique
-from harness import Cluster, run_pyfluss
+from harness import Cluster
+from pyspark.errors import AnalysisException, IllegalArgumentException
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
 
@@ -70,6 +72,13 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
         "TBLPROPERTIES ('primary.key' = 'id', 'bucket.num' = '4', 'table.log.ttl' = '3d')"
     )
     sql("CREATE TABLE CAT.DB.events (id BIGINT, region STRING) PARTITIONED BY (region)")
+
+    # Fluss's errors reach Spark's exceptions with their Fluss name and code
+    with pytest.raises(AnalysisException) as dropped:
+        sql("DROP DATABASE CAT.DB")  # not empty
+    assert dropped.value.getCondition() == "SCHEMA_NOT_EMPTY"  # Spark's, from NonEmptyNamespaceException
+    with pytest.raises(IllegalArgumentException, match=r"\[Fluss INVALID_CONFIG_EXCEPTION \(39\)\]"):
+        sql("CREATE TABLE CAT.DB.bad (id BIGINT) TBLPROPERTIES ('table.log.ttl' = 'banana')")
     assert sorted(t[1] for t in sql("SHOW TABLES IN CAT.DB")) == ["events", "orders"]
     described = {row[0]: row[1] for row in sql("DESCRIBE TABLE EXTENDED CAT.DB.orders")}
     for prop in ("primary.key=id", "bucket.num=4", "table.log.ttl=3d"):
@@ -94,21 +103,7 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
     assert "LocalTableScan" in plan and "BatchScan" not in plan, plan
     assert [tuple(r) for r in counted.collect()] == [(4, 4)]
 
-    sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
-    sql("INSERT INTO CAT.DB.orders VALUES (5, 'ink', 0.5, 'blue')")
-    changes = Counter(r[0] for r in sql("SELECT _change_type FROM CAT.DB.`orders$changelog`"))
-    assert changes == {"insert": 5, "update_before": 1, "update_after": 1}
-
-    # pyfluss finds the same rows
-    async def lookup(connection: Any) -> list[Any]:
-        table = await connection.get_table(fluss.TablePath(db, "orders"))
-        lookuper = table.new_lookup().create_lookuper()
-        return [await lookuper.lookup({"id": i}) for i in (1, 5)]
-
-    assert run_pyfluss(bootstrap, lookup) == [
-        {"id": 1, "item": "mug", "amount": 3.0, "note": None},
-        {"id": 5, "item": "ink", "amount": 0.5, "note": "blue"},
-    ]
+    # ALTER TABLE, $changelog, union reads and pyfluss: test_lake_table_through_sql_only
 
     # partitions: added, listed, written, pruned, dropped
     sql("ALTER TABLE CAT.DB.events ADD PARTITION (region = 'eu')")
@@ -124,3 +119,19 @@ def test_catalog_ddl_insert_select_alter_and_drop_through_sql_only(
     assert [t[1] for t in sql("SHOW TABLES IN CAT.DB")] == ["events"]
     sql("DROP DATABASE CAT.DB CASCADE")
     assert (db,) not in sql("SHOW NAMESPACES IN CAT")
+
+
+def test_lake_table_through_sql_only(spark: Any, cluster_factory: Any, tmp_path: Path) -> None:
+    """Issue 23's Done-when scenario in local mode (sql_lake_scenario; its standalone-cluster run is
+    tests/lake/test_spark_cluster_sql.py)."""
+    lake = {
+        "datalake.format": "iceberg",
+        "datalake.iceberg.type": "sql",
+        "datalake.iceberg.uri": f"sqlite:///{tmp_path}/iceberg_catalog.db",
+        "datalake.iceberg.warehouse": f"file://{tmp_path}/warehouse",
+    }
+    cluster: Cluster = cluster_factory(config=lake)
+    catalog = unique("lakecat")
+    spark.conf.set(f"spark.sql.catalog.{catalog}", "strom.spark.FlussCatalog")
+    spark.conf.set(f"spark.sql.catalog.{catalog}.bootstrap.servers", cluster.bootstrap)
+    sql_lake_scenario.run(spark, cluster.bootstrap, lake, catalog, unique("shop"), tmp_path)

@@ -1,0 +1,185 @@
+"""Issue 23's Done-when scenario: a lake-enabled primary-key table driven through `spark.sql` only.
+
+Create a database and a table with 4 buckets and a lake, insert, select, insert again and see it,
+let the tiering service copy it to the lake, ALTER ADD COLUMN, write rows only Fluss holds, read
+`$changelog`, read the union of lake and live rows, and drop; pyfluss reads the same rows first.
+
+Run in the test process (local mode, tests/spark/test_spark_sql.py) and as a driver process of its
+own on the standalone cluster (tests/lake/test_spark_cluster_sql.py):
+    sql_lake_scenario.py '<json settings>'   (bootstrap, lake, work_dir, master, executor_python, ui_port)
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+# Written by the two INSERTs before tiering, then by the one after ALTER ADD COLUMN.
+FIRST = [(i, f"item{i}", i * 1.5) for i in range(20)]
+SECOND = [(3, "cup", 9.0), (20, "pen", 1.0)]
+THIRD = [(4, "ink", 2.0, "blue"), (21, "pad", 3.0, "red")]
+
+
+def expected(after_alter: bool = True) -> list[tuple[Any, ...]]:
+    """The table's rows by id: (id, item, amount, note)."""
+    rows: dict[int, tuple[Any, ...]] = {r[0]: (*r, None) for r in FIRST}
+    rows.update({r[0]: (*r, None) for r in SECOND})
+    if after_alter:
+        rows.update({r[0]: r for r in THIRD})
+    return [rows[k] for k in sorted(rows)]
+
+
+def start_tiering(bootstrap: str, lake: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "strom", "tiering", "--bootstrap", bootstrap]
+    args += ["--runner", "local", "--poll-interval", "0.3"]
+    for key, value in lake.items():
+        args += ["--config", f"{key}={value}"]
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+
+def lake_records(bootstrap: str, database: str, table: str) -> int:
+    """Records of the table's log that its newest lake snapshot covers (0 before the first one)."""
+    from strom.common.table_path import TablePath
+    from strom.spark import bridge
+    from strom.spark.lake_source import latest_cut
+    from strom.spark.options import ConnectionOptions, resolve_lake
+
+    info = bridge.table_info(ConnectionOptions(bootstrap, TablePath(database, table), ()))
+    cut = latest_cut(resolve_lake((), info), info)  # the lake the table's properties name
+    return 0 if cut is None else sum(cut.bucket_offsets.values())
+
+
+def lake_rows_planned(bootstrap: str, database: str, table: str) -> int:
+    """Rows a union read of the table plans to take from the lake."""
+    from strom.common.table_path import TablePath
+    from strom.spark import bridge
+    from strom.spark.batch_reader import plan_ranges
+    from strom.spark.options import ConnectionOptions, ReadOptions
+
+    connection = ConnectionOptions(bootstrap, TablePath(database, table), ())
+    ranges = plan_ranges(
+        connection, bridge.table_info(connection), ReadOptions.parse({"scan.union-read": "true"})
+    )
+    return sum(r.lake_records for r in ranges)
+
+
+def pyfluss_rows(bootstrap: str, database: str, keys: list[int]) -> list[tuple[Any, ...]]:
+    import asyncio
+
+    import fluss
+
+    async def lookup() -> list[tuple[Any, ...]]:
+        connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
+        try:
+            table = await connection.get_table(fluss.TablePath(database, "orders"))
+            lookuper = table.new_lookup().create_lookuper()
+            found = [await lookuper.lookup({"id": k}) for k in keys]
+        finally:
+            connection.close()
+        return [(r["id"], r["item"], r["amount"], r["note"]) for r in found]
+
+    return asyncio.run(lookup())
+
+
+def run(
+    spark: Any, bootstrap: str, lake: dict[str, str], catalog: str, database: str, work_dir: Path
+) -> None:
+    """The scenario; `catalog` must be a Fluss catalog of `spark` for the cluster at `bootstrap`,
+    whose configuration names the lake `lake`."""
+
+    def sql(statement: str) -> list[tuple[Any, ...]]:
+        text = statement.replace("CAT", catalog).replace("DB", database)
+        return [tuple(r) for r in spark.sql(text).collect()]
+
+    sql("CREATE DATABASE CAT.DB")
+    sql(
+        "CREATE TABLE CAT.DB.orders (id BIGINT, item STRING, amount DOUBLE) TBLPROPERTIES ("
+        "'primary.key' = 'id', 'bucket.num' = '4', "
+        "'table.datalake.enabled' = 'true', 'table.datalake.freshness' = '1s')"
+    )
+    values = ", ".join(f"({i}, '{item}', {amount})" for i, item, amount in FIRST)
+    sql(f"INSERT INTO CAT.DB.orders VALUES {values}")
+    assert sql("SELECT id, item, amount FROM CAT.DB.orders ORDER BY id") == FIRST
+    sql("INSERT INTO CAT.DB.orders VALUES " + ", ".join(f"({i}, '{t}', {a})" for i, t, a in SECOND))
+    now = sql("SELECT id, item, amount FROM CAT.DB.orders ORDER BY id")
+    assert now == [r[:3] for r in expected(after_alter=False)], now
+
+    # The tiering service copies everything written so far to the lake, then stops: what follows
+    # lives in Fluss only.
+    written = 20 + 2 + 1  # log records: 20 inserts; an update (-U, +U) and an insert
+    service = start_tiering(bootstrap, lake, work_dir / "tiering.log")
+    try:
+        deadline = time.monotonic() + 90
+        while lake_records(bootstrap, database, "orders") < written:
+            assert service.poll() is None, (work_dir / "tiering.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "tiering never reached the table's end offsets"
+            time.sleep(0.3)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(60)
+
+    sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
+    sql("INSERT INTO CAT.DB.orders VALUES " + ", ".join(f"({i}, '{t}', {a}, '{n}')" for i, t, a, n in THIRD))
+    changes = Counter(r[0] for r in sql("SELECT _change_type FROM CAT.DB.`orders$changelog`"))
+    assert changes == {"insert": 22, "update_before": 2, "update_after": 2}, changes
+
+    # The union read takes the tiered rows from the lake (which has no `note` column yet) and the
+    # rest from Fluss: the rows of the table, the new column NULL in rows written before the ALTER.
+    assert lake_rows_planned(bootstrap, database, "orders") == written
+    union = sql(
+        "SELECT id, item, amount, note FROM CAT.DB.orders WITH ('scan.union-read' = 'true') ORDER BY id"
+    )
+    assert union == expected(), union
+
+    # pyfluss finds the same rows
+    keys = [r[0] for r in expected()]
+    assert pyfluss_rows(bootstrap, database, keys) == expected()
+
+    sql("DROP TABLE CAT.DB.orders")
+    assert sql("SHOW TABLES IN CAT.DB") == []
+    sql("DROP DATABASE CAT.DB")
+    assert (database,) not in sql("SHOW NAMESPACES IN CAT")
+
+
+def main() -> None:
+    import strom.spark
+
+    settings = json.loads(sys.argv[1])
+    spark = strom.spark.session(
+        app="strom-sql-lake",
+        master=settings["master"],
+        **{
+            "spark.pyspark.python": settings["executor_python"],  # cannot import strom: shipped
+            "spark.sql.catalog.fluss.bootstrap.servers": settings["bootstrap"],
+            "spark.ui.port": str(settings["ui_port"]),
+            "spark.executor.cores": "1",
+            "spark.cores.max": "2",  # one executor on each worker
+            "spark.executor.memory": "512m",
+            "spark.local.dir": str(Path(settings["work_dir"]) / "spark-local"),
+        },
+    )
+    try:
+        run(
+            spark,
+            settings["bootstrap"],
+            settings["lake"],
+            "fluss",
+            settings["database"],
+            Path(settings["work_dir"]),
+        )
+        # the statements' tasks ran on the standalone cluster's executors, not in the driver
+        executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
+        Path(settings["work_dir"], "executors").write_text(str(executors))
+    finally:
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()
