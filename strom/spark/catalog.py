@@ -126,19 +126,12 @@ class CatalogBackend:
             if handler is None:
                 return _error("UNSUPPORTED", f"Unknown catalog operation '{operation}'.")
             return json.dumps({"ok": handler(options, args)})
-        except DatabaseNotExistError as e:
-            return _error("NO_SUCH_DATABASE", str(e))
-        except DatabaseAlreadyExistError as e:
-            return _error("DATABASE_EXISTS", str(e))
-        except DatabaseNotEmptyError as e:
-            return _error("DATABASE_NOT_EMPTY", str(e))
-        except TableNotExistError as e:
-            return _error("NO_SUCH_TABLE", str(e))
-        except TableAlreadyExistError as e:
-            return _error("TABLE_EXISTS", str(e))
-        except PartitionAlreadyExistsError as e:
-            return _error("PARTITION_EXISTS", str(e))
-        except (FlussError, ValueError, SparkOptionError) as e:
+        except FlussError as e:
+            # Fluss's error name and code travel with the message; the JVM side turns the kinds Spark
+            # knows into Spark's own exceptions (with this one as the cause) and keeps them in the rest.
+            kind = next((k for cls, k in _KINDS if isinstance(e, cls)), "INVALID")
+            return _error(kind, str(e), e)
+        except (ValueError, SparkOptionError) as e:
             return _error("INVALID", f"{type(e).__name__}: {e}")
         except Exception as e:  # reaches Spark as the statement's error, and the driver's log
             log.exception("Catalog operation %s failed", operation)
@@ -258,8 +251,24 @@ class CatalogBackend:
         return True
 
 
-def _error(kind: str, message: str) -> str:
-    return json.dumps({"error": kind, "message": message})
+# Fluss errors Spark has exceptions of its own for, by the kind the JVM side maps.
+_KINDS: list[tuple[type[FlussError], str]] = [
+    (DatabaseNotExistError, "NO_SUCH_DATABASE"),
+    (DatabaseAlreadyExistError, "DATABASE_EXISTS"),
+    (DatabaseNotEmptyError, "DATABASE_NOT_EMPTY"),
+    (TableNotExistError, "NO_SUCH_TABLE"),
+    (TableAlreadyExistError, "TABLE_EXISTS"),
+    (PartitionAlreadyExistsError, "PARTITION_EXISTS"),
+    (PartitionNotExistError, "NO_SUCH_PARTITION"),
+]
+
+
+def _error(kind: str, message: str, error: FlussError | None = None) -> str:
+    answer: dict[str, Any] = {"error": kind, "message": message}
+    if error is not None:
+        answer["fluss_error"] = error.error_name
+        answer["fluss_code"] = error.code
+    return json.dumps(answer)
 
 
 def _admin(options: Mapping[str, str], fn: Callable[[Admin], Any]) -> Any:

@@ -90,18 +90,39 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
       throw new IllegalStateException("Catalog '" + name + "': " + operation + " failed: " + e, e);
     }
     if (answer.has("error")) {
-      throw new CatalogError(answer.get("error").asText(), answer.get("message").asText());
+      String message = answer.get("message").asText();
+      if (answer.has("fluss_error")) {
+        // Fluss's own name and code of the error, as its clients show them.
+        message = "[Fluss " + answer.get("fluss_error").asText() + " (" + answer.get("fluss_code").asInt()
+            + ")] " + message;
+      }
+      throw new CatalogError(answer.get("error").asText(), message);
     }
     return answer.get("ok");
   }
 
-  /** An error the Python side reported, by kind; mapped to Spark's exceptions where Spark has one. */
+  /**
+   * An error the Python side reported, by kind, its message naming Fluss's error and code; mapped
+   * to Spark's exceptions where Spark has one (with this as their cause where Spark takes one).
+   */
   static final class CatalogError extends IllegalArgumentException {
     final String kind;
 
     CatalogError(String kind, String message) {
       super(message);
       this.kind = kind;
+    }
+
+    NoSuchTableException noSuchTable(Identifier ident) {
+      NoSuchTableException spark = new NoSuchTableException(ident);
+      return new NoSuchTableException(
+          spark.errorClass().get(), spark.messageParameters(), scala.Option.<Throwable>apply(this));
+    }
+
+    TableAlreadyExistsException tableExists(Identifier ident) {
+      TableAlreadyExistsException spark = new TableAlreadyExistsException(ident);
+      return new TableAlreadyExistsException(
+          spark.errorClass().get(), spark.messageParameters(), scala.Option.<Throwable>apply(this));
     }
   }
 
@@ -204,7 +225,7 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
         throw new NoSuchNamespaceException(namespace);
       }
       if (e.kind.equals("DATABASE_NOT_EMPTY")) {
-        throw new NonEmptyNamespaceException(namespace);
+        throw new NonEmptyNamespaceException(namespace, e.getMessage(), scala.Option.<Throwable>apply(e));
       }
       throw e;
     }
@@ -242,7 +263,7 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
       table = call("load_table", "database", db, "table", ident.name());
     } catch (CatalogError e) {
       if (e.kind.equals("NO_SUCH_TABLE") || e.kind.equals("NO_SUCH_DATABASE")) {
-        throw new NoSuchTableException(ident);
+        throw e.noSuchTable(ident);
       }
       throw e;
     }
@@ -296,7 +317,7 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
           "properties", properties);
     } catch (CatalogError e) {
       if (e.kind.equals("TABLE_EXISTS")) {
-        throw new TableAlreadyExistsException(ident);
+        throw e.tableExists(ident);
       }
       if (e.kind.equals("NO_SUCH_DATABASE")) {
         throw new NoSuchNamespaceException(ident.namespace());
@@ -347,7 +368,7 @@ public class FlussCatalog implements TableCatalog, SupportsNamespaces {
       call("alter_table", "database", ident.namespace()[0], "table", ident.name(), "changes", list);
     } catch (CatalogError e) {
       if (e.kind.equals("NO_SUCH_TABLE") || e.kind.equals("NO_SUCH_DATABASE")) {
-        throw new NoSuchTableException(ident);
+        throw e.noSuchTable(ident);
       }
       throw e;
     }
