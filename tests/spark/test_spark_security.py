@@ -88,9 +88,23 @@ def test_spark_reads_and_writes_with_sasl_and_acls(spark: Any, secure_cluster: C
     got = source(spark, secure_cluster, ALICE).load("spark_sec.t").toArrow()
     assert sorted(got["id"].to_pylist()) == list(range(100))
 
+    # The same through SQL: a catalog's client.security.* options log the driver (its metadata calls)
+    # and the executors in, each catalog as its own principal
+    for catalog, user in (("sec_admin", ADMIN), ("sec_alice", ALICE)):
+        spark.conf.set(f"spark.sql.catalog.{catalog}", "strom.spark.FlussCatalog")
+        spark.conf.set(f"spark.sql.catalog.{catalog}.bootstrap.servers", secure_cluster.bootstrap)
+        for key, value in user.items():
+            spark.conf.set(f"spark.sql.catalog.{catalog}.{key}", value)
+    spark.sql("INSERT INTO sec_admin.spark_sec.t VALUES (100, 'sql')")
+    assert [
+        tuple(r) for r in spark.sql("SELECT id FROM sec_alice.spark_sec.t WHERE v = 'sql'").collect()
+    ] == [(100,)]
+    with pytest.raises(Exception, match=r"no authorization to operate WRITE"):
+        spark.sql("INSERT INTO sec_alice.spark_sec.t VALUES (101, 'no')")
+
     alice_writer = frame.write.format("fluss").option("bootstrap.servers", secure_cluster.bootstrap)
     for key, value in ALICE.items():
         alice_writer = alice_writer.option(key, value)
     with pytest.raises(Exception, match=r"no authorization to operate WRITE"):
         alice_writer.mode("append").save("spark_sec.t")
-    assert source(spark, secure_cluster, ADMIN).load("spark_sec.t").count() == 100
+    assert source(spark, secure_cluster, ADMIN).load("spark_sec.t").count() == 101
