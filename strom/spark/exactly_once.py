@@ -55,6 +55,11 @@ EXACTLY_ONCE = "sink.exactly-once"
 # driver's process group (exactly once: after half the rows are flushed; at least once: after the
 # tasks wrote). Spark runs the commit in a Python worker outside that group, which dies too.
 CRASH_ENV = "STROM_TEST_SPARK_CRASH"
+# Test-only fault point, "<batch id>@<marker file>": the first attempt of every task of that
+# micro-batch SIGKILLs its own Python worker (after touching the marker) once its rows are staged
+# (exactly once) or written and flushed (at least once), before it reports: an executor lost
+# mid-micro-batch, as local mode can have one. Spark then runs the task again.
+TASK_CRASH_ENV = "STROM_TEST_SPARK_TASK_CRASH"
 CHECKPOINT_LOCATION = "checkpointLocation"
 # Spark's streaming query id (kept in the checkpoint, the same after a restart), which Strom's JVM
 # glue (FlussTable.newWriteBuilder) adds to a write's options.
@@ -93,6 +98,24 @@ def crash_point(batch_id: int) -> None:
         log.warning("Test fault point: killing the driver in micro-batch %s", batch_id)
         os.killpg(group, signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def task_crash_point() -> None:
+    """In a task: kill this Python worker when a test asked for it in this micro-batch's first attempt."""
+    batch, _, marker = os.environ.get(TASK_CRASH_ENV, "").partition("@")
+    if not batch:
+        return
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None or context.attemptNumber() != 0:
+        return
+    if context.getLocalProperty("streaming.sql.batchId") != batch:
+        return
+    log.warning("Test fault point: killing the Python worker of task %s", context.taskAttemptId())
+    with open(marker, "a") as out:
+        out.write(f"{context.taskAttemptId()}\n")
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def producer_id(options: Mapping[str, str]) -> str:

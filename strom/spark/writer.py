@@ -90,9 +90,13 @@ class FlussStreamArrowWriter(DataSourceStreamArrowWriter):
         self.producer = exactly_once.producer_id(raw_options) if once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        report: WriterCommitMessage
         if self.producer is not None:
-            return exactly_once.stage(self.plan, iterator)
-        return write_task(self.connection, self.plan, iterator)
+            report = exactly_once.stage(self.plan, iterator)
+        else:
+            report = write_task(self.connection, self.plan, iterator)
+        exactly_once.task_crash_point()  # tests: the task dies before it reports
+        return report
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log tables: write the staged batch once. Primary-key tables: the tasks flushed already."""

@@ -1,7 +1,8 @@
 """The streaming query of test_spark_exactly_once: copies log table `source` into log table `target`
 through ``writeStream.format("fluss")``, 100 records a micro-batch, until the source is drained.
 
-Run as a script it is the driver the test SIGKILLs (STROM_TEST_SPARK_CRASH names the batch):
+Run as a script it is the driver the test SIGKILLs (STROM_TEST_SPARK_CRASH names the batch;
+STROM_TEST_SPARK_TASK_CRASH the batch whose tasks' Python workers die first):
     exactly_once_job.py BOOTSTRAP SOURCE TARGET CHECKPOINT EXACTLY_ONCE(true|false)
 """
 
@@ -39,7 +40,8 @@ def main() -> None:
     bootstrap, source, target, checkpoint, once = sys.argv[1:6]
     if CRASH_ENV in os.environ:  # the fault point kills this process's group: the driver and its JVM
         os.environ[CRASH_ENV] += f"@{os.getpgid(0)}"
-    spark = strom.spark.session(app="strom-exactly-once-test")
+    # one retry per task: a task whose Python worker the fault point kills runs again
+    spark = strom.spark.session(app="strom-exactly-once-test", master="local[2,2]")
     run_query(spark, bootstrap, source, target, checkpoint, once == "true")
     spark.stop()
 
