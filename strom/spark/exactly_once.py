@@ -55,10 +55,11 @@ EXACTLY_ONCE = "sink.exactly-once"
 # driver's process group (exactly once: after half the rows are flushed; at least once: after the
 # tasks wrote). Spark runs the commit in a Python worker outside that group, which dies too.
 CRASH_ENV = "STROM_TEST_SPARK_CRASH"
-# Test-only fault point, "<batch id>@<marker file>": the first attempt of every task of that
-# micro-batch SIGKILLs its own Python worker (after touching the marker) once its rows are staged
-# (exactly once) or written and flushed (at least once), before it reports: an executor lost
-# mid-micro-batch, as local mode can have one. Spark then runs the task again.
+# Test-only fault point, "<batch id>@<marker file>[@executor]": the first attempt of every task of
+# that micro-batch SIGKILLs its own Python worker (with "@executor": the executor's JVM, on a
+# cluster) after touching the marker, once its rows are staged (exactly once) or written and
+# flushed (at least once), before it reports: an executor lost mid-micro-batch. Spark then runs the
+# task again.
 TASK_CRASH_ENV = "STROM_TEST_SPARK_TASK_CRASH"
 CHECKPOINT_LOCATION = "checkpointLocation"
 # Spark's streaming query id (kept in the checkpoint, the same after a restart), which Strom's JVM
@@ -102,9 +103,10 @@ def crash_point(batch_id: int) -> None:
 
 def task_crash_point() -> None:
     """In a task: kill this Python worker when a test asked for it in this micro-batch's first attempt."""
-    batch, _, marker = os.environ.get(TASK_CRASH_ENV, "").partition("@")
+    batch, _, rest = os.environ.get(TASK_CRASH_ENV, "").partition("@")
     if not batch:
         return
+    marker, _, target = rest.partition("@")
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -115,7 +117,22 @@ def task_crash_point() -> None:
     log.warning("Test fault point: killing the Python worker of task %s", context.taskAttemptId())
     with open(marker, "a") as out:
         out.write(f"{context.taskAttemptId()}\n")
+    if target == "executor":
+        os.kill(_executor_jvm(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _executor_jvm() -> int:
+    """The pid of the executor JVM this Python worker serves (an ancestor: the JVM starts the daemon
+    that forks the workers)."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"CoarseGrainedExecutorBackend" in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent's pid
+    raise RuntimeError("Test fault point: no executor JVM above this Python worker (local mode?)")
 
 
 def producer_id(options: Mapping[str, str]) -> str:
