@@ -23,7 +23,7 @@ from test_spark_cluster_connector import create_table, read_log, rows
 from strom.spark.exactly_once import CRASH_ENV, TASK_CRASH_ENV
 from strom.spark.standalone import StandaloneCluster
 
-pytestmark = pytest.mark.long
+pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # two Spark drivers, one after the other
 
 JOB = Path(__file__).parents[1] / "spark" / "exactly_once_job.py"
 ROWS = 300  # 3 micro-batches of 100

@@ -19,7 +19,7 @@ from harness import Cluster
 from strom.server.launcher import free_port
 from strom.spark.standalone import StandaloneCluster
 
-pytestmark = pytest.mark.long
+pytestmark = [pytest.mark.long, pytest.mark.timeout(600)]
 
 SCENARIO = Path(__file__).parents[1] / "spark" / "sql_lake_scenario.py"
 

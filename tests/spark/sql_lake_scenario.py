@@ -1,8 +1,9 @@
 """Issue 23's Done-when scenario: a lake-enabled primary-key table driven through `spark.sql` only.
 
 Create a database and a table with 4 buckets and a lake, insert, select, insert again and see it,
-let the tiering service copy it to the lake, ALTER ADD COLUMN, write rows only Fluss holds, read
-`$changelog`, read the union of lake and live rows, and drop; pyfluss reads the same rows first.
+let the tiering service (one round, in process) copy it to the lake, ALTER ADD COLUMN, write rows
+only Fluss holds, read `$changelog`, read the union of lake and live rows, and drop; pyfluss reads
+the same rows first.
 
 Run in the test process (local mode, tests/spark/test_spark_sql.py) and as a driver process of its
 own on the standalone cluster (tests/lake/test_spark_cluster_sql.py):
@@ -11,11 +12,9 @@ own on the standalone cluster (tests/lake/test_spark_cluster_sql.py):
 
 from __future__ import annotations
 
+import asyncio
 import json
-import signal
-import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,13 +34,16 @@ def expected(after_alter: bool = True) -> list[tuple[Any, ...]]:
     return [rows[k] for k in sorted(rows)]
 
 
-def start_tiering(bootstrap: str, lake: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    args = [sys.executable, "-m", "strom", "tiering", "--bootstrap", bootstrap]
-    args += ["--runner", "local", "--poll-interval", "0.3"]
-    for key, value in lake.items():
-        args += ["--config", f"{key}={value}"]
-    with open(log, "ab") as out:
-        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+def tier_once(bootstrap: str, lake: dict[str, str]) -> None:
+    """One round of the tiering service, in this process (`strom tiering` runs the same service)."""
+    from strom.spark.tiering.runner import LocalSplitRunner
+    from strom.spark.tiering.service import TieringService, TieringSettings
+
+    lake_format = lake["datalake.format"]
+    prefix = f"datalake.{lake_format}."
+    properties = {k.removeprefix(prefix): v for k, v in lake.items() if k.startswith(prefix)}
+    settings = TieringSettings(bootstrap, lake_format, properties, poll_interval=0.2)
+    asyncio.run(asyncio.wait_for(TieringService(settings, LocalSplitRunner()).run(max_rounds=1), 90))
 
 
 def lake_records(bootstrap: str, database: str, table: str) -> int:
@@ -88,9 +90,7 @@ def pyfluss_rows(bootstrap: str, database: str, keys: list[int]) -> list[tuple[A
     return asyncio.run(lookup())
 
 
-def run(
-    spark: Any, bootstrap: str, lake: dict[str, str], catalog: str, database: str, work_dir: Path
-) -> None:
+def run(spark: Any, bootstrap: str, lake: dict[str, str], catalog: str, database: str) -> None:
     """The scenario; `catalog` must be a Fluss catalog of `spark` for the cluster at `bootstrap`,
     whose configuration names the lake `lake`."""
 
@@ -111,19 +111,11 @@ def run(
     now = sql("SELECT id, item, amount FROM CAT.DB.orders ORDER BY id")
     assert now == [r[:3] for r in expected(after_alter=False)], now
 
-    # The tiering service copies everything written so far to the lake, then stops: what follows
-    # lives in Fluss only.
+    # The tiering service copies everything written so far to the lake; what follows lives in
+    # Fluss only.
     written = 20 + 2 + 1  # log records: 20 inserts; an update (-U, +U) and an insert
-    service = start_tiering(bootstrap, lake, work_dir / "tiering.log")
-    try:
-        deadline = time.monotonic() + 90
-        while lake_records(bootstrap, database, "orders") < written:
-            assert service.poll() is None, (work_dir / "tiering.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "tiering never reached the table's end offsets"
-            time.sleep(0.3)
-    finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(60)
+    tier_once(bootstrap, lake)
+    assert lake_records(bootstrap, database, "orders") == written
 
     sql("ALTER TABLE CAT.DB.orders ADD COLUMN note STRING")
     sql("INSERT INTO CAT.DB.orders VALUES " + ", ".join(f"({i}, '{t}', {a}, '{n}')" for i, t, a, n in THIRD))
@@ -166,14 +158,7 @@ def main() -> None:
         },
     )
     try:
-        run(
-            spark,
-            settings["bootstrap"],
-            settings["lake"],
-            "fluss",
-            settings["database"],
-            Path(settings["work_dir"]),
-        )
+        run(spark, settings["bootstrap"], settings["lake"], "fluss", settings["database"])
         # the statements' tasks ran on the standalone cluster's executors, not in the driver
         executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()
         Path(settings["work_dir"], "executors").write_text(str(executors))

@@ -134,4 +134,4 @@ def test_lake_table_through_sql_only(spark: Any, cluster_factory: Any, tmp_path:
     catalog = unique("lakecat")
     spark.conf.set(f"spark.sql.catalog.{catalog}", "strom.spark.FlussCatalog")
     spark.conf.set(f"spark.sql.catalog.{catalog}.bootstrap.servers", cluster.bootstrap)
-    sql_lake_scenario.run(spark, cluster.bootstrap, lake, catalog, unique("shop"), tmp_path)
+    sql_lake_scenario.run(spark, cluster.bootstrap, lake, catalog, unique("shop"))
