@@ -8,6 +8,7 @@ watermark, long-poll fetches); metadata and topic changes go to the coordinator.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from strom.server.kafka.records import (
 )
 from strom.server.tablet.log.writer_state import KAFKA_WRITER_BIT, is_kafka_writer
 from strom.server.tablet.log_service import OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP, LogService
+from strom.server.tablet.remote_log import read_remote_batches
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -339,7 +341,8 @@ class Broker:
             min_bytes=int(request.min_bytes),
         )
         answers: dict[tuple[str, int], dict[str, Any]] = {}
-        asked: dict[tuple[int, int], tuple[str, int, Replica]] = {}  # (table idx, bucket idx) -> ...
+        # (table idx, bucket idx) -> topic, partition, its replica, fetch offset, partition max bytes
+        asked: dict[tuple[int, int], tuple[str, int, Replica, int, int]] = {}
         tables: dict[int, Any] = {}
         for topic in request.topics:
             allowed = self.access.topic(session, _READ, topic.topic)
@@ -360,7 +363,13 @@ class Broker:
                         fluss.tables_req.add(table_id=table_id, projection_pushdown_enabled=False),
                     )
                 t, table_req = tables[table_id]
-                asked[(t, len(table_req.buckets_req))] = (topic.topic, index, replica)
+                asked[(t, len(table_req.buckets_req))] = (
+                    topic.topic,
+                    index,
+                    replica,
+                    int(partition.fetch_offset),
+                    int(partition.partition_max_bytes),
+                )
                 table_req.buckets_req.add(
                     bucket_id=index,
                     fetch_offset=int(partition.fetch_offset),
@@ -371,8 +380,13 @@ class Broker:
             answer = pb.FetchLogResponse.FromString(b"".join(bytes(c) for c in encoded.chunks))
             for t, table in enumerate(answer.tables_resp):
                 for b, bucket in enumerate(table.buckets_resp):
-                    name, index, replica = asked[(t, b)]
-                    answers[(name, index)] = self._fetched(index, bucket, replica)
+                    name, index, replica, offset, max_bytes = asked[(t, b)]
+                    if bucket.HasField("remote_log_fetch_info") and not bucket.error_code:
+                        answers[(name, index)] = await self._fetched_remote(
+                            index, bucket, replica, offset, max_bytes
+                        )
+                    else:
+                        answers[(name, index)] = self._fetched(index, bucket, replica)
         return {
             "throttle_time": 0,
             "error_code": kafka.NONE,
@@ -386,13 +400,37 @@ class Broker:
             ],
         }
 
+    async def _fetched_remote(
+        self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica, offset: int, max_bytes: int
+    ) -> dict[str, Any]:
+        """A fetch below the local log start. A Fluss client is told where the tiered segments are and
+        downloads them itself; a Kafka client knows nothing of remote storage, so the server reads the
+        batches from the segment holding the offset (in a thread: it is file or object-store I/O) and
+        answers with them as with local ones."""
+        remote = replica.remote
+        if remote is None:  # the remote log went away since the read (the replica was stopped)
+            return _fetch_error(index, kafka.NOT_LEADER_OR_FOLLOWER, bucket)
+        try:
+            stored = await asyncio.get_running_loop().run_in_executor(
+                None, read_remote_batches, remote, offset, max(max_bytes, 1)
+            )
+        except OSError as e:
+            log.warning("Kafka fetch of %s-%d at %d: reading remote storage failed: %s",
+                        replica.table, index, offset, e)  # fmt: skip
+            return _fetch_error(index, kafka.KAFKA_STORAGE_ERROR, bucket)
+        if not stored:  # the segment expired meanwhile: the offset is no longer in the log, as Kafka says
+            return _fetch_error(index, kafka.OFFSET_OUT_OF_RANGE, bucket)
+        return self._answer_records(index, bucket, replica, stored)
+
     def _fetched(self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica) -> dict[str, Any]:
         if bucket.HasField("error_code") and bucket.error_code:
             return _fetch_error(index, kafka.kafka_code_of(bucket.error_code), bucket)
-        if bucket.HasField("remote_log_fetch_info"):
-            # Kafka clients cannot read Fluss's remote segments; this listener does not serve them yet
-            return _fetch_error(index, kafka.OFFSET_OUT_OF_RANGE, bucket)
-        records = to_kafka_batches(bucket.records, replica.arrow_schema()) if bucket.records else b""
+        return self._answer_records(index, bucket, replica, bucket.records)
+
+    def _answer_records(
+        self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica, stored: bytes
+    ) -> dict[str, Any]:
+        records = to_kafka_batches(stored, replica.arrow_schema()) if stored else b""
         return {
             "partition_index": index,
             "error_code": kafka.NONE,

@@ -1,0 +1,122 @@
+"""What Kafka clients write to a topic is an ordinary lake-enabled log table: a librdkafka producer
+writes records with keys and headers, the early segments are tiered to remote storage, and then a Kafka
+consumer reads from offset 0 (the server serves the tiered batches itself), the tiering service copies
+the topic into Iceberg (read back with pyiceberg), and Spark's `fluss` source reads it: all equal to what
+was produced. One cluster, one tablet server, one partition."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from harness import Cluster, add_kafka_listener
+from pyiceberg.catalog import load_catalog
+from test_spark_union_read import lake_config, start_tiering, wait_for_lake
+
+from strom.client import Connection, TableDescriptor
+from strom.server.kafka.records import TOPIC_SCHEMA
+
+RECORDS = 300
+PER_BATCH = 20  # a produce request of 20 records of 100 bytes: one 4 KB segment each, about
+
+
+def _expected() -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+    return [
+        (b"k%d" % i, b"%03d" % i + b"x" * 97, [("source", b"kafka"), ("i", str(i).encode())])
+        for i in range(RECORDS)
+    ]
+
+
+def test_a_kafka_topic_is_served_from_remote_storage_tiered_into_iceberg_and_read_by_spark(
+    spark: Any, tmp_path: Path
+) -> None:
+    config = {
+        **lake_config(tmp_path / "lake", "iceberg"),
+        "log.segment.file-size": "4kb",
+        "remote.log.task-interval-duration": "200ms",
+    }
+    cluster = Cluster(tmp_path / "cluster", tablet_servers=1, config=config)
+    kafka_bootstrap = add_kafka_listener(cluster)
+    cluster.start()
+    try:
+        _run(cluster, kafka_bootstrap, config, tmp_path, spark)
+    finally:
+        cluster.stop()
+
+
+def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_path: Path, spark: Any) -> None:
+    async def create() -> None:  # a topic made in Fluss, with the lake and tiering options Kafka cannot set
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as connection:
+            admin = connection.get_admin()
+            await admin.create_database("kafka", ignore_if_exists=True)
+            properties = {
+                "table.datalake.enabled": "true",
+                "table.datalake.freshness": "1s",
+                "table.log.tiered.local-segments": "1",
+            }
+            descriptor = TableDescriptor(TOPIC_SCHEMA, bucket_count=1, properties=properties)
+            await admin.create_table("kafka.events", descriptor)
+
+    asyncio.run(create())
+    expected = _expected()
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 0, "acks": "all"})
+    for i, (key, value, headers) in enumerate(expected):
+        producer.produce("events", key=key, value=value, headers=headers, partition=0)
+        if i % PER_BATCH == PER_BATCH - 1:
+            assert producer.flush(15) == 0
+    assert producer.flush(15) == 0
+
+    # the first segments go to remote storage and leave the local disk
+    local = cluster.tablet_servers[0].data_dir / "fluss"
+    deadline = time.monotonic() + 30
+    while len(list(local.rglob("*.log"))) > 3 or not list((cluster.base_dir / "remote").rglob("*.log")):
+        assert time.monotonic() < deadline, "segments were not tiered and trimmed"
+        time.sleep(0.2)
+
+    # a Kafka consumer from offset 0 gets the tiered batches too, then the local ones
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
+    got: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = []
+    offsets: list[int] = []
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition("events", 0), timeout=10) == (0, RECORDS)
+        consumer.assign([TopicPartition("events", 0, 0)])
+        deadline = time.monotonic() + 30
+        while len(got) < RECORDS and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert not message.error(), message.error()
+            got.append((message.key(), message.value(), message.headers()))
+            offsets.append(message.offset())
+    finally:
+        consumer.close()
+    assert offsets == list(range(RECORDS))
+    assert got == expected
+
+    # the tiering service copies the topic into Iceberg as it copies any log table
+    service = start_tiering(cluster, config, tmp_path / "tiering.log")
+    try:
+        wait_for_lake(config, cluster, ["events"], database="kafka")
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(30)
+    properties = {
+        k.removeprefix("datalake.iceberg."): v for k, v in config.items() if k.startswith("datalake.iceberg.")
+    }
+    lake = load_catalog(**properties).load_table(("kafka", "events")).scan().to_arrow()
+
+    def rows(table: list[dict[str, Any]]) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+        return sorted((r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in table)
+
+    assert rows(lake.to_pylist()) == sorted(expected)
+
+    # Spark's fluss source reads the same records, the tiered ones included
+    frame = spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap).load("kafka.events")
+    read = [r.asDict(recursive=True) for r in frame.collect()]
+    assert rows(read) == sorted(expected)
