@@ -594,7 +594,7 @@ class Broker:
                 "error_code": kafka.COORDINATOR_NOT_AVAILABLE,
                 "error_message": "no transactions",
             }
-        if not self.access.group(session, _DESCRIBE):
+        if not self.access.group(session, _DESCRIBE, request.key):
             return {**answer, "error_code": kafka.GROUP_AUTHORIZATION_FAILED}
         brokers = self.context.brokers()
         try:
@@ -625,9 +625,11 @@ class Broker:
             raise _unknown_topic(OFFSETS_TOPIC)
         return tables[OFFSETS_TOPIC]
 
-    def _require_group(self, session: Session, operation: OperationType) -> None:
-        if not self.access.group(session, operation):
-            raise GroupError(kafka.GROUP_AUTHORIZATION_FAILED, f"no {operation.name} permission on groups")
+    def _require_group(self, session: Session, operation: OperationType, group_id: str) -> None:
+        if not self.access.group(session, operation, group_id):
+            raise GroupError(
+                kafka.GROUP_AUTHORIZATION_FAILED, f"no {operation.name} permission on group {group_id}"
+            )
 
     async def _coordinate(self, group_id: str) -> Replica:
         """This server's leader replica of the group's offsets bucket, with the group's commits
@@ -656,7 +658,7 @@ class Broker:
             "members": [],
         }
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             session_timeout = request.session_timeout.total_seconds()
             rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
@@ -685,7 +687,7 @@ class Broker:
 
     async def sync_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             assignment, group = await self.groups.sync(
                 request.group_id,
@@ -705,7 +707,7 @@ class Broker:
 
     async def heartbeat(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             self.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
         except GroupError as e:
@@ -719,7 +721,7 @@ class Broker:
         for member_id in ids:
             code = kafka.NONE
             try:
-                self._require_group(session, _READ)
+                self._require_group(session, _READ, request.group_id)
                 await self._coordinate(request.group_id)
                 self.groups.leave(request.group_id, member_id)
             except GroupError as e:
@@ -739,7 +741,7 @@ class Broker:
             for p in t.partitions
         }
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             replica = await self._coordinate(request.group_id)
             self.groups.check_commit(request.group_id, generation, request.member_id)
             if offsets:
@@ -772,7 +774,7 @@ class Broker:
 
     async def offset_fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _DESCRIBE)
+            self._require_group(session, _DESCRIBE, request.group_id)
             await self._coordinate(request.group_id)
         except GroupError as e:
             return {"throttle_time": 0, "topics": [], "error_code": e.code}
@@ -806,10 +808,10 @@ class Broker:
 
     async def list_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         mine: list[dict[str, Any]] = []
-        if not self.access.group(session, _DESCRIBE):
-            # every group is the same Fluss resource: without DESCRIBE on it, none is listed
-            return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
         for group in self.groups.groups.values():
+            if not self.access.group(session, _DESCRIBE, group.group_id, quiet=True):
+                continue  # Kafka lists only the groups the caller may describe
+
             try:
                 self._leader(OFFSETS_TOPIC, offsets_bucket(group.group_id))
             except FlussError:
@@ -829,7 +831,7 @@ class Broker:
                 "members": [],
             }
             try:
-                self._require_group(session, _DESCRIBE)
+                self._require_group(session, _DESCRIBE, group_id)
                 await self._coordinate(group_id)
             except GroupError as e:
                 described.append({**entry, "error_code": e.code})
