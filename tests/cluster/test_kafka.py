@@ -25,12 +25,12 @@ from typing import Any
 import fluss
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import CommitFailedError, RebalanceInProgressError
+from kafka.errors import CommitFailedError, RebalanceInProgressError, TransactionalIdAuthorizationFailedError
 from kafka.structs import OffsetAndMetadata
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.fetch.v11.request import FetchPartition, FetchTopic
@@ -267,6 +267,25 @@ def test_kcat_produces_and_consumes_and_pyfluss_reads_what_it_wrote(local: dict[
         for i in range(5)
     )
     assert all([h["key"] for h in r["headers"]] == ["source", "p"] for r in rows)
+
+
+def test_a_transactional_producer_fails_at_once_with_a_clear_error(local: dict[str, Any]) -> None:
+    """No transactions: the transaction coordinator is refused with a fatal error, not left unavailable
+    (which clients retry until their timeout)."""
+    producer = Producer({"bootstrap.servers": local["kafka_bootstrap"], "transactional.id": "t"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(20)
+    error = refused.value.args[0]
+    assert error.fatal() and error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert "does not support Kafka transactions" in error.str()
+    assert time.monotonic() - started < 10
+    kafka_python = KafkaProducer(bootstrap_servers=_kafka_servers(local), transactional_id="t2")
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            kafka_python.init_transactions()
+    finally:
+        kafka_python.close(0)
 
 
 def test_corrupt_batches_are_refused_and_nothing_is_stored(local: dict[str, Any]) -> None:

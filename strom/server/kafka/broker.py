@@ -82,6 +82,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 _GROUP_KEY = 0  # FindCoordinator key type of a consumer group (1 is a transactional id)
+_NO_TRANSACTIONS = "Strom does not support Kafka transactions: drop transactional.id (idempotence works)"
 _TOPIC_RESOURCE = 2
 _BROKER_RESOURCE = 4
 _DEFAULT_CONFIG = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
@@ -488,8 +489,12 @@ class Broker:
     # ---- InitProducerId
 
     async def init_producer_id(self, request: Any, version: int, session: Session) -> dict[str, Any]:
-        if request.transactional_id is not None:
-            return {"throttle_time": 0, "error_code": kafka.INVALID_REQUEST, "producer_epoch": -1}
+        if request.transactional_id is not None:  # (a client that skipped FindCoordinator)
+            return {
+                "throttle_time": 0,
+                "error_code": kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_epoch": -1,
+            }
         if not self.access.idempotent_write(session):
             return {
                 "throttle_time": 0,
@@ -589,10 +594,14 @@ class Broker:
             "port": -1,
         }
         if getattr(request, "key_type", _GROUP_KEY) != _GROUP_KEY:
+            # A transactional producer asks for its transaction coordinator first. Clients retry
+            # COORDINATOR_NOT_AVAILABLE until their timeout (a hang to the user), but stop at once on
+            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error in librdkafka, kafka-python and
+            # aiokafka: no transactional id may be used here, since there are no transactions.
             return {
                 **answer,
-                "error_code": kafka.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "no transactions",
+                "error_code": kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": _NO_TRANSACTIONS,
             }
         if not self.access.group(session, _DESCRIBE, request.key):
             return {**answer, "error_code": kafka.GROUP_AUTHORIZATION_FAILED}
