@@ -7,7 +7,6 @@ was produced. One cluster, one tablet server, one partition."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,12 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from harness import Cluster, add_kafka_listener
 from pyiceberg.catalog import load_catalog
-from test_spark_union_read import lake_config, start_tiering, wait_for_lake
+from test_spark_union_read import lake_config
 
 from strom.client import Connection, TableDescriptor
 from strom.server.kafka.records import TOPIC_SCHEMA
+from strom.spark.tiering.runner import LocalSplitRunner
+from strom.spark.tiering.service import TieringService, TieringSettings
 
 RECORDS = 300
 PER_BATCH = 20  # a produce request of 20 records of 100 bytes: one 4 KB segment each, about
@@ -99,16 +100,13 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
     assert offsets == list(range(RECORDS))
     assert got == expected
 
-    # the tiering service copies the topic into Iceberg as it copies any log table
-    service = start_tiering(cluster, config, tmp_path / "tiering.log")
-    try:
-        wait_for_lake(config, cluster, ["events"], database="kafka")
-    finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(30)
+    # the tiering service copies the topic into Iceberg as it copies any log table: one round, in
+    # process (the `strom tiering` command runs the same service; tests/lake start it as a process)
     properties = {
         k.removeprefix("datalake.iceberg."): v for k, v in config.items() if k.startswith("datalake.iceberg.")
     }
+    settings = TieringSettings(cluster.bootstrap, "iceberg", properties, poll_interval=0.2)
+    asyncio.run(asyncio.wait_for(TieringService(settings, LocalSplitRunner()).run(max_rounds=1), 60))
     lake = load_catalog(**properties).load_table(("kafka", "events")).scan().to_arrow()
 
     def rows(table: list[dict[str, Any]]) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:

@@ -76,18 +76,16 @@ def events(ids: range) -> pa.Table:
     return pa.table({"id": pa.array(list(ids), pa.int64()), "name": [f"e{i}" for i in ids]})
 
 
-def connection_of(cluster: Cluster, name: str, database: str = "fluss") -> ConnectionOptions:
-    return ConnectionOptions.parse({"bootstrap.servers": cluster.bootstrap, "table": f"{database}.{name}"})
+def connection_of(cluster: Cluster, name: str) -> ConnectionOptions:
+    return ConnectionOptions.parse({"bootstrap.servers": cluster.bootstrap, "table": f"fluss.{name}"})
 
 
-def wait_for_lake(
-    config: dict[str, str], cluster: Cluster, names: list[str], timeout: float = 40, database: str = "fluss"
-) -> None:
+def wait_for_lake(config: dict[str, str], cluster: Cluster, names: list[str], timeout: float = 40) -> None:
     """Until every table has a lake snapshot (a round tiers all of a table's buckets at once)."""
     lake = tuple(config.items())
     deadline = time.monotonic() + timeout
     for name in names:
-        info = bridge.table_info(connection_of(cluster, name, database))
+        info = bridge.table_info(connection_of(cluster, name))
         while latest_cut(lake, info) is None:
             assert time.monotonic() < deadline, f"tiering did not reach {name}"
             time.sleep(0.2)
