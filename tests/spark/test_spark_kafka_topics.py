@@ -25,7 +25,11 @@ RECORDS = 300
 PER_BATCH = 20  # a produce request of 20 records of 100 bytes: one 4 KB segment each, about
 
 
-def _expected() -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+# key, value, headers
+Record = tuple[Any, Any, Any]
+
+
+def _expected() -> list[Record]:
     return [
         (b"k%d" % i, b"%03d" % i + b"x" * 97, [("source", b"kafka"), ("i", str(i).encode())])
         for i in range(RECORDS)
@@ -82,8 +86,8 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
     consumer = Consumer(
         {"bootstrap.servers": kafka_bootstrap, "group.id": "unused", "enable.auto.commit": False}
     )
-    got: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = []
-    offsets: list[int] = []
+    got: list[Record] = []
+    offsets: list[int | None] = []
     try:
         assert consumer.get_watermark_offsets(TopicPartition("events", 0), timeout=10) == (0, RECORDS)
         consumer.assign([TopicPartition("events", 0, 0)])
@@ -109,7 +113,7 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
     asyncio.run(asyncio.wait_for(TieringService(settings, LocalSplitRunner()).run(max_rounds=1), 60))
     lake = load_catalog(**properties).load_table(("kafka", "events")).scan().to_arrow()
 
-    def rows(table: list[dict[str, Any]]) -> list[tuple[bytes, bytes, list[tuple[str, bytes]]]]:
+    def rows(table: list[dict[str, Any]]) -> list[Record]:
         return sorted((r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in table)
 
     assert rows(lake.to_pylist()) == sorted(expected)
