@@ -119,9 +119,11 @@ class Resource:
             )
         if not name:
             raise InvalidConfigError(f"a {resource_type.name} resource needs a name")
-        if resource_type == ResourceType.GROUP and "/" in name:
+        if resource_type == ResourceType.GROUP and ("/" in name or name in (".", "..")):
             # the metadata store keys ACL documents by type/name, and ZooKeeper paths split on '/'
-            raise InvalidConfigError(f"group resource '{name}': ACLs cannot name a group with a '/'")
+            raise InvalidConfigError(
+                f"group resource '{name}': ACLs cannot name a group with a '/', '.' or '..'"
+            )
         if resource_type == ResourceType.TABLE and name != WILDCARD and name.count(".") != 1:
             raise InvalidConfigError(f"table resource '{name}' must be named database.table")
         return cls(resource_type, name)
