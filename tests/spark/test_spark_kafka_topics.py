@@ -2,7 +2,8 @@
 writes records with keys and headers, the early segments are tiered to remote storage, and then a Kafka
 consumer reads from offset 0 (the server serves the tiered batches itself), the tiering service copies
 the topic into Iceberg (read back with pyiceberg), and Spark's `fluss` source reads it: all equal to what
-was produced. One cluster, one tablet server, one partition."""
+was produced. A consumer group's commit whose segment of the offsets topic was tiered is still read
+when the group loads. One cluster, one tablet server, one partition."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pyiceberg.catalog import load_catalog
 from test_spark_union_read import lake_config
 
 from strom.client import Connection, TableDescriptor
+from strom.server.kafka.offsets import OFFSETS_TOPIC, offsets_bucket
 from strom.server.kafka.records import TOPIC_SCHEMA
 from strom.spark.tiering.runner import LocalSplitRunner
 from strom.spark.tiering.service import TieringService, TieringSettings
@@ -76,11 +78,9 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
     assert producer.flush(15) == 0
 
     # the first segments go to remote storage and leave the local disk
-    local = cluster.tablet_servers[0].data_dir / "fluss"
-    deadline = time.monotonic() + 30
-    while len(list(local.rglob("*.log"))) > 3 or not list((cluster.base_dir / "remote").rglob("*.log")):
-        assert time.monotonic() < deadline, "segments were not tiered and trimmed"
-        time.sleep(0.2)
+    local = cluster.tablet_servers[0].data_dir / "kafka"
+    (events_dir,) = local.glob("events-*/bucket-0/log")
+    _wait_until_tiered(events_dir)
 
     # a Kafka consumer from offset 0 gets the tiered batches too, then the local ones
     consumer = Consumer(
@@ -122,3 +122,37 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
     frame = spark.read.format("fluss").option("bootstrap.servers", cluster.bootstrap).load("kafka.events")
     read = [r.asDict(recursive=True) for r in frame.collect()]
     assert rows(read) == sorted(expected)
+
+    # a consumer group's commit whose segment of the offsets topic was tiered away is still there when
+    # a coordinator loads the group (after a restart: groups load once per leader epoch)
+    def group(group_id: str) -> Consumer:
+        return Consumer(
+            {"bootstrap.servers": kafka_bootstrap, "group.id": group_id, "enable.auto.commit": False}
+        )
+
+    kept = group("kept")
+    kept.commit(offsets=[TopicPartition("events", 0, 123)], asynchronous=False)
+    kept.close()
+    bucket = offsets_bucket("kept")
+    busy = group(next(f"busy{i}" for i in range(100) if offsets_bucket(f"busy{i}") == bucket))
+    for i in range(40):  # commits of another group in that bucket: enough 4 KB segments to tier some
+        busy.commit(offsets=[TopicPartition("events", 0, i)], asynchronous=False)
+    busy.close()
+    (offsets_dir,) = local.glob(f"{OFFSETS_TOPIC}-*/bucket-{bucket}/log")
+    _wait_until_tiered(offsets_dir)  # the commit of "kept" is offset 0 of its bucket
+    cluster.kill_tablet_server(0)
+    cluster.start_tablet_server(0)
+    kept = group("kept")
+    try:
+        (committed,) = kept.committed([TopicPartition("events", 0)], timeout=30)
+    finally:
+        kept.close()
+    assert committed.offset == 123
+
+
+def _wait_until_tiered(log_dir: Path) -> None:
+    """Until the segment holding offset 0 is no longer on the local disk (tiered, then trimmed)."""
+    deadline = time.monotonic() + 30
+    while min(int(f.stem) for f in log_dir.glob("*.log")) == 0:
+        assert time.monotonic() < deadline, f"the first segment of {log_dir} was not tiered"
+        time.sleep(0.2)

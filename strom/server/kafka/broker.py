@@ -652,6 +652,9 @@ class Broker:
                 offsets = await self.offsets.read(replica, group_id)
             except FlussError as e:
                 raise GroupError(kafka.COORDINATOR_LOAD_IN_PROGRESS, e.message) from e
+            except OSError as e:  # remote storage unreadable: the client retries, the log says why
+                log.warning("loading the commits of group %s from remote storage failed: %s", group_id, e)
+                raise GroupError(kafka.COORDINATOR_LOAD_IN_PROGRESS, str(e)) from e
             self.groups.load(group_id, offsets)
             self._loaded[group_id] = replica.leader_epoch
         self.groups.expire_sessions()
