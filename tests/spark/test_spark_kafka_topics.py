@@ -76,6 +76,7 @@ def _run(cluster: Cluster, kafka_bootstrap: str, config: dict[str, str], tmp_pat
         if i % PER_BATCH == PER_BATCH - 1:
             assert producer.flush(15) == 0
     assert producer.flush(15) == 0
+    del producer  # librdkafka's threads end with it (they would reconnect through the restart below)
 
     # the first segments go to remote storage and leave the local disk
     local = cluster.tablet_servers[0].data_dir / "kafka"
