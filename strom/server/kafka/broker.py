@@ -596,8 +596,8 @@ class Broker:
         if getattr(request, "key_type", _GROUP_KEY) != _GROUP_KEY:
             # A transactional producer asks for its transaction coordinator first. Clients retry
             # COORDINATOR_NOT_AVAILABLE until their timeout (a hang to the user), but stop at once on
-            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error in librdkafka, kafka-python and
-            # aiokafka: no transactional id may be used here, since there are no transactions.
+            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error in librdkafka and kafka-python
+            # (both tested): no transactional id may be used here, since there are no transactions.
             return {
                 **answer,
                 "error_code": kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
