@@ -509,6 +509,39 @@ DATA_DIR: ConfigOption[str] = ConfigOption(
     "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
     "without ZooKeeper); --data-dir overrides it.",
 )
+DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
+    "data.dirs",
+    list,
+    [],
+    "Local directories of a tablet server, comma-separated (one per disk); overrides data.dir. Each "
+    "replica (its log and kv data) lives in one of them: a new replica goes to the one holding the fewest "
+    "replicas (then the one with the most free space), and a restarted server finds each replica where it "
+    "is. Empty, duplicate or nested entries are refused at start-up. A directory whose disk fails takes "
+    "only its own replicas offline.",
+)
+SERVER_DATA_DISK_WRITE_LIMIT_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-limit-ratio",
+    float,
+    0.85,
+    "Writes (produce, put) to the replicas of a data directory are refused with DISK_WRITE_LOCKED once "
+    "the used share of its file system reaches this ratio, and resume once it is back at or below "
+    "server.data-disk.write-recover-ratio; reads go on. 1.0 turns the protection off. Range "
+    "(server.data-disk.write-recover-ratio, 1.0]; changeable live (strom config set).",
+)
+SERVER_DATA_DISK_WRITE_RECOVER_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-recover-ratio",
+    float,
+    0.80,
+    "Writes refused for a full data disk resume once its used share is at or below this ratio. Range "
+    "(0.0, server.data-disk.write-limit-ratio); changeable live.",
+)
+SERVER_DATA_DISK_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.data-disk.check-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often a tablet server samples the usage of each data directory's file system (statvfs) for the "
+    "write protection; writes still flow for up to this long after a disk crosses the limit.",
+)
 REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
     str,
@@ -940,6 +973,10 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLET_SERVER_HOST,
         TABLET_SERVER_PORT,
         TABLET_SERVER_ID,
+        DATA_DIRS,
+        SERVER_DATA_DISK_WRITE_LIMIT_RATIO,
+        SERVER_DATA_DISK_WRITE_RECOVER_RATIO,
+        SERVER_DATA_DISK_CHECK_INTERVAL,
         TABLET_SERVER_RACK,
         TABLET_SERVER_HEARTBEAT_INTERVAL,
         TABLET_SERVER_SESSION_TIMEOUT,

@@ -138,6 +138,7 @@ class KvService:
                 if entry.HasField("partition_id"):
                     result.partition_id = entry.partition_id
                 try:
+                    self.replicas.writable_leader_replica(bucket)
                     replica, kv = await self._leader_kv(bucket, ctx.api_version)
                     if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                         raise NotEnoughReplicasError(

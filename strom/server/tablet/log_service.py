@@ -185,7 +185,7 @@ class LogService:
             if entry.HasField("partition_id"):
                 result.partition_id = entry.partition_id
             try:
-                replica = self.replicas.leader_replica(bucket)
+                replica = self.replicas.writable_leader_replica(bucket)
                 if replica.table_info.has_primary_key:
                     # its log is the changelog of the KV state: only PutKv may write it
                     raise InvalidTableError(

@@ -35,6 +35,7 @@ from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
 from strom.metrics import Metrics, MetricsServer, start_reporter
+from strom.metrics.disks import DiskMetrics
 from strom.metrics.requests import RequestMetrics
 from strom.metrics.supervision import register_supervision_metrics
 from strom.metrics.tablet import TabletMetrics
@@ -53,6 +54,7 @@ from strom.server.server_options import check_server_config, option_value, remot
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
+from strom.server.tablet.data_dirs import DataDirs, configured_paths
 from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
@@ -142,13 +144,19 @@ class TabletServer:
     ) -> None:
         self.server_id = server_id
         self.host = host
-        self.data_dir = data_dir
         # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
         check_server_config(self.config)
+        # data.dirs (one directory per disk), or data_dir alone
+        self.data_dirs = DataDirs(configured_paths(data_dir, self.config))
+        self.data_dirs.set_ratios(
+            option_value(self.config, options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO),
+            option_value(self.config, options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO),
+        )
+        self.data_dir = self.data_dirs.first
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
-        self.clean_shutdown = CleanShutdown(data_dir)
+        self.clean_shutdown = CleanShutdown(self.data_dir)
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -157,8 +165,9 @@ class TabletServer:
         self._coordinator_listeners: str | None = None
         self._server_listeners: dict[int, str] = {}
         self.pool = ConnectionPool(sasl=security.internal_login, tls=security.internal_tls)
-        self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
+        self.replica_manager = ReplicaManager(server_id, self.data_dirs, self._log_config)
         self.metrics = Metrics("tabletserver")
+        self.disk_metrics = DiskMetrics(self.metrics, self.data_dirs)
         self.metrics_server: MetricsServer | None = None
         self.tablet_metrics = TabletMetrics(
             self.metrics,
@@ -213,6 +222,8 @@ class TabletServer:
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
         self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
+        self.dynamic_config.on_change(options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO, self._set_disk_ratios)
+        self.dynamic_config.on_change(options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO, self._set_disk_ratios)
         remote_root = remote_data_dir(self.config)
         self.remote_logs = (
             RemoteLogManager(
@@ -311,7 +322,9 @@ class TabletServer:
         return self.fence.epoch
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.data_dirs.make)
+        # the first sample before any write: a server starting on a full disk refuses writes at once
+        await self._sample_disks()
         # before anything is written: from here on a crash must look unclean
         await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
@@ -339,6 +352,7 @@ class TabletServer:
         self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
         supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
         supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
+        supervise(self._disk_usage_loop, name="disk-usage", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
             supervise(
@@ -379,6 +393,7 @@ class TabletServer:
         await asyncio.get_running_loop().run_in_executor(None, self._close_replicas)
         if self.metrics_server is not None:
             self.metrics_server.close()
+        self.data_dirs.release()
         log.info(
             "stopped in %.2f s: requests drained in %.2f s, leadership moved in %.2f s, clients gone "
             "in %.2f s, closed in %.2f s",
@@ -845,6 +860,41 @@ class TabletServer:
                     kv.use_schemas(history)  # with the ids this server skipped over, if any
 
     # ---- handlers
+
+    # ---- data disks: write protection when one fills
+
+    async def _sample_disks(self) -> None:
+        for d, locked in await asyncio.to_thread(self.data_dirs.sample):
+            if locked:
+                log.warning(
+                    "data directory %s: disk usage %.2f%% reached the write limit %.2f%%; refusing writes "
+                    "to its %d replica(s) until usage is at or below %.2f%%",
+                    d.path,
+                    d.usage_ratio * 100,
+                    self.data_dirs.write_limit_ratio * 100,
+                    d.replicas,
+                    self.data_dirs.write_recover_ratio * 100,
+                )
+            else:
+                log.info(
+                    "data directory %s: disk usage %.2f%% is at or below %.2f%%; writes resume",
+                    d.path,
+                    d.usage_ratio * 100,
+                    self.data_dirs.write_recover_ratio * 100,
+                )
+        self.disk_metrics.update()
+
+    async def _disk_usage_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.get(options.SERVER_DATA_DISK_CHECK_INTERVAL).total_seconds())
+            await self._sample_disks()
+
+    def _set_disk_ratios(self, _value: Any) -> None:
+        effective = self.dynamic_config.effective
+        self.data_dirs.set_ratios(
+            option_value(effective, options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO),
+            option_value(effective, options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO),
+        )
 
     # ---- dynamic cluster configs (AlterClusterConfigs on the coordinator)
 
