@@ -3,6 +3,7 @@ directory here, since Strom locks one disk at a time), and whether a directory i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from strom.metrics.registry import Metrics
@@ -21,7 +22,7 @@ class _Dir(Protocol):
 
 class _Dirs(Protocol):
     @property
-    def dirs(self) -> list[_Dir]: ...  # type: ignore[override]
+    def dirs(self) -> Sequence[_Dir]: ...
 
 
 class DiskMetrics:

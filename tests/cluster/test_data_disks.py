@@ -1,7 +1,8 @@
-"""Several data directories per tablet server (`data.dirs`), and a disk that fills: writes to its
-replicas are refused with DISK_WRITE_LOCKED (and a log line), the other disk's replicas still take
-writes, reads go on, and writes resume by themselves once space returns. The full disk is a real
-8 MB tmpfs the test mounts (and removes)."""
+"""Several data directories per tablet server (`data.dirs`). A disk that fills: writes to its replicas
+are refused with DISK_WRITE_LOCKED (and a log line), the other disk's replicas still take writes, reads
+go on, and writes resume by themselves once space returns. A disk that fails: only its replicas go
+offline, and their buckets move to other replicas. The disks are real file systems the test mounts
+(tmpfs, ext4 on a loop device) and removes."""
 
 from __future__ import annotations
 
@@ -10,10 +11,15 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from harness import Cluster
 from raw_table import Table, batch
+
+from strom.rpc.api import ApiKey
+from strom.rpc.client import RpcConnection
+from strom.rpc.gen import strom_internal_pb2 as internal
 
 DISK_WRITE_LOCKED = 70
 
@@ -92,6 +98,90 @@ def test_a_full_disk_refuses_writes_to_its_replicas_and_recovers(tmp_path: Path,
 
             await until(small_accepts, "writes did not resume after space returned")
             assert "writes resume" in cluster.logs()
+
+    try:
+        asyncio.run(main())
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def failing_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """An ext4 file system on a loop device, mounted errors=remount-ro: writing 'test' to its
+    trigger_fs_error (the kernel's own hook) makes it fail as on an I/O error: every write after
+    that gets EROFS."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a file system needs root")
+    image, mountpoint = tmp_path / "disk.img", tmp_path / "failing-disk"
+    mountpoint.mkdir()
+    with image.open("wb") as f:
+        f.truncate(16 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop,errors=remount-ro", str(image), str(mountpoint)], check=True)
+    try:
+        device = subprocess.run(
+            ["findmnt", "-n", "-o", "SOURCE", str(mountpoint)], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        trigger = Path("/sys/fs/ext4") / Path(device).name / "trigger_fs_error"
+        if not trigger.exists():
+            pytest.skip("this kernel has no ext4 trigger_fs_error")
+        yield mountpoint, trigger
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+async def _buckets(cluster: Cluster) -> dict[int, Any]:
+    connection = await RpcConnection.connect(cluster.coordinator.host, cluster.coordinator.port)
+    try:
+        status = await connection.request(ApiKey.DESCRIBE_CLUSTER, internal.DescribeClusterRequest())
+    finally:
+        connection.close()
+    return {b.table_id: b for b in status.buckets}
+
+
+def test_a_failed_disk_takes_only_its_replicas_offline(
+    tmp_path: Path, failing_disk: tuple[Path, Path]
+) -> None:
+    mountpoint, trigger = failing_disk
+    healthy_dir = tmp_path / "healthy-disk"
+    cluster = Cluster(
+        tmp_path / "cluster",
+        2,
+        {"default.replication.factor": "2", "server.data-disk.check-interval": "200ms"},
+    )
+    server = cluster.tablet_servers[0]
+    server.config = {**server.config, "data.dirs": f"{healthy_dir},{mountpoint}"}
+    cluster.start()
+
+    async def main() -> None:
+        async with Table(cluster, "healthy") as healthy, Table(cluster, "doomed") as doomed:
+            assert (await healthy.produce(batch(0, 10))).error_code == 0
+            assert (await doomed.produce(batch(0, 10))).error_code == 0
+            assert list(mountpoint.glob(f"fluss/doomed-{doomed.table_id}/bucket-0/log"))
+            assert list(healthy_dir.glob(f"fluss/healthy-{healthy.table_id}/bucket-0/log"))
+            buckets = await _buckets(cluster)
+            assert set(buckets[doomed.table_id].isr) == {0, 1} == set(buckets[healthy.table_id].isr)
+
+            trigger.write_text("test\n")  # the disk fails: ext4 remounts itself read-only
+
+            deadline = time.monotonic() + 20
+            while True:
+                buckets = await _buckets(cluster)
+                if list(buckets[doomed.table_id].isr) == [1] and buckets[doomed.table_id].leader == 1:
+                    break
+                assert time.monotonic() < deadline, buckets[doomed.table_id]
+                await asyncio.sleep(0.2)
+            assert set(buckets[healthy.table_id].isr) == {0, 1}  # the other disk's replica stays
+
+            # the bucket goes on at its new leader, with what it held
+            doomed.leaders[0] = await RpcConnection.connect(
+                cluster.tablet_servers[1].host, cluster.tablet_servers[1].port
+            )
+            doomed.leader = doomed.leaders[0]
+            assert (await doomed.produce(batch(10, 5))).error_code == 0
+            assert await doomed.offsets() == (0, 15)
+            assert (await healthy.produce(batch(10, 5))).error_code == 0
+            assert "data directory" in cluster.logs() and "failed" in cluster.logs()
 
     try:
         asyncio.run(main())

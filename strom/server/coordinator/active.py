@@ -96,6 +96,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
     ApiKey.CONTROLLED_SHUTDOWN: lambda c: c.controlled_shutdown,
+    ApiKey.REPORT_OFFLINE_REPLICAS: lambda c: c.controller.report_offline_replicas,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
     ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.acquire,
     ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.release,

@@ -34,8 +34,14 @@ log = logging.getLogger(__name__)
 
 # errno values that mean the disk (not the request) is broken: the directory goes offline
 LOCK_FILE = ".lock"
+PROBE_FILE = ".probe"
 
 DISK_FAILURE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.ENXIO, errno.ENODEV, errno.ESTALE})
+
+
+class OfflineDirError(LogStorageError):
+    """A replica lies in a data directory that failed: it cannot be served here until a restart with
+    the directory readable."""
 
 
 @dataclass
@@ -94,6 +100,15 @@ def usage_ratio(path: Path) -> tuple[float, int]:
     return (total - free) / total, free
 
 
+def _probe(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"1")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def is_disk_failure(error: BaseException) -> bool:
     """Whether `error` (or what caused it) is an OSError that says the disk is broken."""
     seen: BaseException | None = error
@@ -134,7 +149,12 @@ class DataDirs:
                 d.path.mkdir(parents=True, exist_ok=True)
                 fd = os.open(d.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
-                raise InvalidConfigError(f"data directory {d.path} cannot be created: {e}") from e
+                if not is_disk_failure(e):
+                    raise InvalidConfigError(f"data directory {d.path} cannot be created: {e}") from e
+                # a broken disk does not keep the server from serving the others (as in Fluss)
+                log.error("data directory %s is offline: %s", d.path, e)
+                d.offline_reason = f"{type(e).__name__}: {e}"
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -143,6 +163,10 @@ class DataDirs:
                     f"data directory {d.path} is in use by another process (it holds {LOCK_FILE})"
                 ) from None
             self._locks.append(fd)
+        if not any(d.online for d in self.dirs):
+            raise InvalidConfigError(
+                "every data directory failed: " + "; ".join(str(d.path) for d in self.dirs)
+            )
 
     def release(self) -> None:
         for fd in self._locks:
@@ -194,18 +218,24 @@ class DataDirs:
                 f"{self.write_limit_ratio:.0%}); writes resume at or below {self.write_recover_ratio:.0%}"
             )
 
-    def sample(self) -> list[tuple[DataDir, bool]]:
-        """Read each online directory's usage (blocking) and apply the hysteresis; returns the
-        directories whose lock changed, with their new state. A directory whose stat fails keeps its
-        state (the failure is logged)."""
+    def sample(self) -> tuple[list[tuple[DataDir, bool]], list[tuple[DataDir, str]]]:
+        """Check each online directory (blocking): write and sync a probe file, so that a disk that
+        broke while idle is found too, and read its usage for the write protection (hysteresis).
+        Returns the directories whose write lock changed (with the new state), and those that
+        failed (with the reason). A stat that fails otherwise keeps the state; it is logged."""
         changed: list[tuple[DataDir, bool]] = []
+        failed: list[tuple[DataDir, str]] = []
         for d in self.dirs:
             if not d.online:
                 continue
             try:
+                _probe(d.path / PROBE_FILE)
                 d.usage_ratio, _ = usage_ratio(d.path)
             except OSError as e:
-                log.warning("cannot read the disk usage of data directory %s: %s", d.path, e)
+                if is_disk_failure(e):
+                    failed.append((d, f"{type(e).__name__}: {e}"))
+                else:  # e.g. ENOSPC for the probe: the write protection's business, not a failure
+                    log.warning("checking data directory %s: %s", d.path, e)
                 continue
             if self.write_limit_ratio >= 1.0:
                 locked = False
@@ -216,7 +246,7 @@ class DataDirs:
             if locked != d.write_locked:
                 d.write_locked = locked
                 changed.append((d, locked))
-        return changed
+        return changed, failed
 
     def mark_offline(self, root: Path, reason: str) -> bool:
         """Take a directory offline; False when it already was."""

@@ -26,6 +26,7 @@ from strom.common.errors import (
     LakeStorageNotConfiguredError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
+    StorageError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -160,6 +161,8 @@ class KvService:
                 except FlussError as e:
                     if isinstance(e, CorruptRecordError):
                         log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                    elif isinstance(e, StorageError):
+                        self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                     _set_error(result, e)
                 except Exception as e:
                     _set_error(result, _unexpected(bucket, "PutKv", e))

@@ -28,6 +28,7 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     SchemaNotExistError,
+    StorageError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.schema import Schema
@@ -215,6 +216,8 @@ class LogService:
             except FlussError as e:
                 if isinstance(e, CorruptRecordError):
                     log.warning("refused a produce batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                elif isinstance(e, StorageError):
+                    self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000

@@ -29,7 +29,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.batch_validation import BatchCheck, log_batch_check
-from strom.server.tablet.data_dirs import DataDir, DataDirs
+from strom.server.tablet.data_dirs import DataDir, DataDirs, OfflineDirError, is_disk_failure
 from strom.server.tablet.durable_file import write_file_durably
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
@@ -330,6 +330,8 @@ class ReplicaManager:
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
         self.on_stopped: Callable[[Replica], None] = lambda replica: None
+        # a data directory failed (the tablet server takes it offline and tells the coordinator)
+        self.on_dir_failed: Callable[[Path, str], None] = lambda root, reason: None
         # a new replica's log opens in an executor (`take_leadership`), OPEN_CONCURRENCY buckets at a
         # time (each open syncs a few files: one at a time, 2,048 new buckets took ~40 s); one bucket's
         # files are opened by one caller at a time (the future of that open, here), so two notices of
@@ -354,7 +356,7 @@ class ReplicaManager:
         )
         root = self.data_dirs.holding(relative)
         if root is not None and not root.online:
-            raise LogStorageError(
+            raise OfflineDirError(
                 f"the replica of {bucket} lies in data directory {root.path}, which is offline "
                 f"({root.offline_reason})"
             )
@@ -370,6 +372,32 @@ class ReplicaManager:
 
     def replicas_in(self, root: Path) -> list[Replica]:
         return [r for r in self.replicas.values() if r.data_root == root]
+
+    def storage_failed(self, replica: Replica | None, error: BaseException) -> None:
+        """An operation on `replica`'s files failed: when the error says the disk is broken (EIO, a
+        read-only file system...), its data directory fails (`on_dir_failed`)."""
+        if replica is not None and replica.data_root is not None and is_disk_failure(error):
+            self.on_dir_failed(replica.data_root, str(error))
+
+    def take_dir_offline(self, root: Path, reason: str) -> list[Replica] | None:
+        """Mark a data directory offline and close the replicas in it (without syncing: the disk is
+        broken); they are gone from this server until it restarts. None when it was offline already."""
+        if not self.data_dirs.mark_offline(root, reason):
+            return None
+        gone = self.replicas_in(root)
+        for replica in gone:
+            del self.replicas[replica.bucket]
+            self._unplace(root)
+            replica.give_up_leadership(f"lies in the failed data directory {root}")
+            try:
+                self.on_stopped(replica)
+            except Exception:
+                log.exception("stopping %s of the failed data directory %s", replica.bucket, root)
+            try:
+                replica.release()
+            except Exception as e:  # a broken disk may refuse even a close
+                log.warning("closing %s of the failed data directory %s: %s", replica.bucket, root, e)
+        return gone
 
     def get(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)

@@ -54,7 +54,7 @@ from strom.server.server_options import check_server_config, option_value, remot
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
-from strom.server.tablet.data_dirs import DataDirs, configured_paths
+from strom.server.tablet.data_dirs import DataDirs, OfflineDirError, configured_paths
 from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
@@ -198,6 +198,7 @@ class TabletServer:
             ),
             on_replicated=self.tablet_metrics.replicated,
             on_unknown_schema=self.log_service.learn_schema_soon,
+            on_storage_error=self.replica_manager.storage_failed,
         )
         self.kv_manager = KvManager(
             server_id,
@@ -239,6 +240,7 @@ class TabletServer:
         self.replica_manager.on_leader = self._on_leader
         self.replica_manager.on_follower = self._on_follower
         self.replica_manager.on_stopped = self._on_stopped
+        self.replica_manager.on_dir_failed = self._data_dir_failed
         self._table_infos: dict[int, TableInfo] = {}
         self._schema_histories: dict[int, dict[int, Schema]] = {}
         self._learning: dict[int, asyncio.Future[TableInfo]] = {}  # tables asked for, by id
@@ -527,8 +529,9 @@ class TabletServer:
                         self._on_retention(replica, "local", outcome)
                     if "writers" in due:
                         tablet.remove_expired_writers(now_ms)
-                except Exception:
+                except Exception as e:
                     log.exception("log maintenance of %s failed", replica.bucket)
+                    self.replica_manager.storage_failed(replica, e)
 
     def _tiered_copies(self, replica: Replica) -> TieredCopies | None:
         """For the leader of a log that is tiered: how far its remote copy reaches (nothing until
@@ -863,8 +866,50 @@ class TabletServer:
 
     # ---- data disks: write protection when one fills
 
+    def _data_dir_failed(self, root: Path, reason: str) -> None:
+        """A data directory's disk broke: its replicas close here and the coordinator is told, so it
+        moves their leadership and takes this server out of their ISRs; the others are served on."""
+        gone = self.replica_manager.take_dir_offline(root, reason)
+        if gone is None:
+            return  # offline already
+        log.error(
+            "data directory %s failed (%s): its %d replica(s) are offline on this server until it restarts; "
+            "the other data directories are served on",
+            root,
+            reason,
+            len(gone),
+        )
+        self.disk_metrics.update()
+        if gone:
+            buckets = [r.bucket for r in gone]
+            self._tasks.spawn(
+                self._report_offline(buckets, f"data directory {root}: {reason}"), name="report-offline"
+            )
+
+    async def _report_offline(self, replicas: list[TableBucket], reason: str) -> None:
+        """Until the coordinator has it (a failover or a lost connection is retried; each failure is
+        logged)."""
+        request = internal.ReportOfflineReplicasRequest(server_id=self.server_id, reason=reason)
+        for bucket in replicas:
+            entry = request.replicas.add(table_id=bucket.table_id, bucket_id=bucket.bucket)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        delay = 0.2
+        while True:
+            try:
+                await self._coordinator_request(ApiKey.REPORT_OFFLINE_REPLICAS, request, timeout=10)
+                log.info("the coordinator knows that %d replica(s) here are offline", len(replicas))
+                return
+            except FlussError as e:
+                log.warning("reporting offline replicas to the coordinator failed (retrying): %s", e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def _sample_disks(self) -> None:
-        for d, locked in await asyncio.to_thread(self.data_dirs.sample):
+        lock_changes, failures = await asyncio.to_thread(self.data_dirs.sample)
+        for d, reason in failures:
+            self._data_dir_failed(d.path, reason)
+        for d, locked in lock_changes:
             if locked:
                 log.warning(
                     "data directory %s: disk usage %.2f%% reached the write limit %.2f%%; refusing writes "
@@ -1076,6 +1121,8 @@ class TabletServer:
         except FlussError as e:
             result.error_code = e.code
             result.error_message = e.message
+            if isinstance(e, OfflineDirError):  # the coordinator must not count on this replica
+                self._tasks.spawn(self._report_offline([bucket], e.message), name="report-offline")
 
     async def _notify_lake_table_offset(
         self, request: pb.NotifyLakeTableOffsetRequest, ctx: RequestContext
