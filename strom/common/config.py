@@ -556,6 +556,21 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
     "one directory is accepted and a list of several is refused at start-up.",
 )
+REMOTE_ORPHAN_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.interval",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How often the coordinator deletes files in remote.data.dir that no metadata refers to: "
+    "tiered log segments no manifest lists, KV snapshots and SSTs no kept snapshot lists, and the data "
+    "of dropped tables and partitions (also swept at once after a drop). 0 turns the sweep off.",
+)
+REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.grace-period",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How old an unreferenced file of a live table must be before the orphan sweep deletes it, "
+    "so that an upload whose manifest or snapshot is not committed yet is never taken.",
+)
 ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
     str,
@@ -964,6 +979,8 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATA_DIR,
         REMOTE_DATA_DIR,
         REMOTE_DATA_DIRS,
+        REMOTE_ORPHAN_CLEANUP_INTERVAL,
+        REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD,
         ZOOKEEPER_ADDRESS,
         ZOOKEEPER_PATH_ROOT,
         ZOOKEEPER_SESSION_TIMEOUT,
