@@ -17,11 +17,26 @@ import pytest
 from harness import Cluster
 from raw_table import Table, batch
 
+from strom.common.schema import Column, Schema
+from strom.common.table_descriptor import TableDescriptor, TableInfo
+from strom.common.table_path import TablePath
+from strom.common.types import BIGINT, STRING
+from strom.record.compacted_row import CompactedRowEncoder
+from strom.record.kv_batch import build_kv_batch
 from strom.rpc.api import ApiKey
 from strom.rpc.client import RpcConnection
 from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.tablet.kv.recovery import table_key_encoder
 
 DISK_WRITE_LOCKED = 70
+PK_SCHEMA = Schema([Column("id", BIGINT()), Column("name", STRING())], primary_key=["id"])
+
+
+def kv_batch(key: int) -> bytes:
+    info = TableInfo(TablePath("fluss", "pk"), 0, 1, TableDescriptor(PK_SCHEMA, bucket_count=1), 0, 0)
+    row = (key, f"v{key}")
+    encoded = CompactedRowEncoder(PK_SCHEMA.row_type).encode(row)
+    return build_kv_batch([(table_key_encoder(info).encode_key(row), encoded)], schema_id=1)
 
 
 @pytest.fixture
@@ -63,13 +78,20 @@ def test_a_full_disk_refuses_writes_to_its_replicas_and_recovers(tmp_path: Path,
             await asyncio.sleep(0.1)
 
     async def main() -> None:
-        # equal replica counts: the first table goes where there is more free space, the second to
-        # the directory holding fewer replicas
-        async with Table(cluster, "on_big") as on_big, Table(cluster, "on_small") as on_small:
+        # with equal replica counts a table goes where there is more free space, else to the
+        # directory holding fewer replicas: big, small, big, small
+        async with (
+            Table(cluster, "on_big") as on_big,
+            Table(cluster, "on_small") as on_small,
+            Table(cluster, "pk_big", schema=PK_SCHEMA) as pk_big,
+            Table(cluster, "pk_small", schema=PK_SCHEMA) as pk_small,
+        ):
             assert (await on_big.produce(batch(0, 10))).error_code == 0
             assert (await on_small.produce(batch(0, 10))).error_code == 0
-            assert list(big.glob(f"fluss/on_big-{on_big.table_id}/bucket-0/log"))
-            assert list(small_disk.glob(f"fluss/on_small-{on_small.table_id}/bucket-0/log"))
+            assert (await pk_big.put_kv(kv_batch(1))).error_code == 0
+            assert (await pk_small.put_kv(kv_batch(1))).error_code == 0
+            for table, disk in ((on_big, big), (on_small, small_disk), (pk_big, big), (pk_small, small_disk)):
+                assert list(disk.glob(f"fluss/{table.name}-{table.table_id}/bucket-0/log")), table.name
 
             filler.write_bytes(b"\0" * (5 << 20))  # 62% of the small disk, above the 50% limit
 
@@ -82,8 +104,10 @@ def test_a_full_disk_refuses_writes_to_its_replicas_and_recovers(tmp_path: Path,
                 return True
 
             await until(small_refuses, "writes to the full disk's replica were never refused")
-            # only that disk's replicas: the other one takes writes
+            assert (await pk_small.put_kv(kv_batch(2))).error_code == DISK_WRITE_LOCKED  # upserts too
+            # only that disk's replicas: the others take writes
             assert (await on_big.produce(batch(10, 5))).error_code == 0
+            assert (await pk_big.put_kv(kv_batch(2))).error_code == 0
             # reads go on
             fetched = await on_small.fetch(0)
             assert fetched.error_code == 0 and fetched.high_watermark >= 10 and fetched.records
@@ -97,6 +121,7 @@ def test_a_full_disk_refuses_writes_to_its_replicas_and_recovers(tmp_path: Path,
                 return result.error_code == 0
 
             await until(small_accepts, "writes did not resume after space returned")
+            assert (await pk_small.put_kv(kv_batch(2))).error_code == 0
             assert "writes resume" in cluster.logs()
 
     try:

@@ -61,7 +61,7 @@ def test_orphans_and_dropped_tables_leave_remote_storage(tmp_path: Path) -> None
                     return set()
                 return {s["segment_id"] for s in manifest["segments"]}
 
-            await _until(lambda: len(listed()) >= 2, "no segments were tiered")
+            await _until(lambda: len(listed()) >= 1, "no segments were tiered")
             stale = _plant(bucket_dir / str(uuid.uuid4()), age_s=3600)  # a crash mid-upload, long ago
             fresh = _plant(bucket_dir / str(uuid.uuid4()), age_s=0)  # an upload in flight
             ghost = _plant(remote / "kv" / "fluss" / "gone-987654" / "0" / "snap-3", age_s=0)
