@@ -513,7 +513,8 @@ DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     "data.dirs",
     list,
     [],
-    "Local directories of a tablet server, comma-separated (one per disk); overrides data.dir. Each "
+    "Local directories of a tablet server, comma-separated (one per disk); takes precedence over data.dir "
+    "and over --data-dir, which stands for data.dir (as in Fluss). Each "
     "replica (its log and kv data) lives in one of them: a new replica goes to the one holding the fewest "
     "replicas (then the one with the most free space), and a restarted server finds each replica where it "
     "is. Empty, duplicate or nested entries are refused at start-up. A directory whose disk fails takes "
