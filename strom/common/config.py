@@ -525,8 +525,8 @@ SERVER_DATA_DISK_WRITE_LIMIT_RATIO: ConfigOption[float] = ConfigOption(
     float,
     0.85,
     "Writes (produce, put) to the replicas of a data directory are refused with DISK_WRITE_LOCKED once "
-    "the used share of its file system reaches this ratio, and resume once it is back at or below "
-    "server.data-disk.write-recover-ratio; reads go on. 1.0 turns the protection off. Range "
+    "the used share of its file system (df's Use%) reaches this ratio, and resume once it is back at or "
+    "below server.data-disk.write-recover-ratio; reads go on. 1.0 turns the protection off. Range "
     "(server.data-disk.write-recover-ratio, 1.0]; changeable live (strom config set).",
 )
 SERVER_DATA_DISK_WRITE_RECOVER_RATIO: ConfigOption[float] = ConfigOption(

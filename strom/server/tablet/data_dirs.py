@@ -90,14 +90,18 @@ def validated(raw: Iterable[str | Path]) -> list[Path]:
 
 
 def usage_ratio(path: Path) -> tuple[float, int]:
-    """(used share, free bytes) of the file system holding `path` (blocking: a stat call)."""
+    """(used share, free bytes) of the file system holding `path` (blocking: a stat call).
+
+    The share is df's Use%: used / (used + available to us). It reaches 1.0 exactly when nothing
+    is left to write, whatever the file system reserves for root (Fluss's Java counts the reserved
+    blocks as used, which on a disk with a large reservation locks writes while df shows it half
+    empty)."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
     free = st.f_bavail * st.f_frsize
-    if total <= 0:
+    if used + free <= 0:
         return 0.0, free
-    # used as a non-root writer sees it: blocks reserved for root count as used
-    return (total - free) / total, free
+    return used / (used + free), free
 
 
 def _probe(path: Path) -> None:
