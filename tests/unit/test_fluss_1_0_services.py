@@ -69,7 +69,7 @@ def test_dynamic_config_applies_live_options_and_refuses_the_rest() -> None:
     ):
         with pytest.raises(ConfigError, match=message):
             altered({}, [change])
-    lowered = [
+    lowered: list[tuple[str, str | None, int]] = [
         ("server.data-disk.write-recover-ratio", "0.6", 0),
         ("server.data-disk.write-limit-ratio", "0.7", 0),
     ]
