@@ -4,6 +4,7 @@ server finds each replica in the directory that holds it (whatever the configure
 from __future__ import annotations
 
 import asyncio
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,12 @@ from kv_table_maker import LOG_CONFIG, make_info
 from log_batch_maker import make_batch
 
 from strom.common.config import Configuration
-from strom.common.errors import InvalidConfigError
+from strom.common.errors import InvalidConfigError, LogStorageError
 from strom.common.schema import Column, Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.types import BIGINT
 from strom.server.tablet.data_dirs import DataDirs, configured_paths
-from strom.server.tablet.replica_manager import ReplicaManager
+from strom.server.tablet.replica_manager import ReplicaManager, replica_directory
 
 LEADERSHIP: dict[str, Any] = {
     "database": "db",
@@ -79,3 +80,18 @@ def test_replicas_spread_over_dirs_and_are_found_after_restart(tmp_path: Path) -
     again.stop_replica(buckets[0], delete=True)
     assert sum(d.replicas for d in again.data_dirs.dirs) == 3
     again.close()
+
+    # a stale copy in another directory (a disk put back): refused, not guessed
+    stale_of = buckets[1]
+    original = roots[stale_of]
+    other = b if original == a else a
+    copy = other / relative_of(stale_of, original)
+    shutil.copytree(original / relative_of(stale_of, original), copy)
+    third = ReplicaManager(0, DataDirs([a, b]), lambda info: LOG_CONFIG)
+    with pytest.raises(LogStorageError, match="several data directories"):
+        asyncio.run(third.take_leadership(stale_of, **LEADERSHIP))
+    third.close()
+
+
+def relative_of(bucket: TableBucket, root: Path) -> Path:
+    return replica_directory(root, "db", "t", bucket, None).relative_to(root)

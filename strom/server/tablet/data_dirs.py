@@ -181,11 +181,16 @@ class DataDirs:
         return self._by_path[root]
 
     def holding(self, relative: Path) -> DataDir | None:
-        """The directory in which `relative` (a replica's directory below a root) exists."""
-        for d in self.dirs:
-            if (d.path / relative).exists():
-                return d
-        return None
+        """The directory in which `relative` (a replica's directory below a root) exists.
+        LogStorageError when two hold it (a disk put back with a stale copy): which one is current
+        is for the operator to say, not for a guess."""
+        found = [d for d in self.dirs if (d.path / relative).exists()]
+        if len(found) > 1:
+            where = ", ".join(str(d.path) for d in found)
+            raise LogStorageError(
+                f"the replica {relative} lies in several data directories ({where}): remove the stale copy"
+            )
+        return found[0] if found else None
 
     def choose(self) -> DataDir:
         """Where a new replica goes: an online directory, not write-locked if one is not, with the

@@ -900,7 +900,7 @@ class TabletServer:
                 await self._coordinator_request(ApiKey.REPORT_OFFLINE_REPLICAS, request, timeout=10)
                 log.info("the coordinator knows that %d replica(s) here are offline", len(replicas))
                 return
-            except FlussError as e:
+            except Exception as e:  # whatever it is, the coordinator must learn it: retried
                 log.warning("reporting offline replicas to the coordinator failed (retrying): %s", e)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
