@@ -84,6 +84,7 @@ def test_replicas_spread_over_dirs_and_are_found_after_restart(tmp_path: Path) -
     # a stale copy in another directory (a disk put back): refused, not guessed
     stale_of = buckets[1]
     original = roots[stale_of]
+    assert original is not None
     other = b if original == a else a
     copy = other / relative_of(stale_of, original)
     shutil.copytree(original / relative_of(stale_of, original), copy)
