@@ -41,7 +41,7 @@ test: $(STAMP) $(GLUE_JAR) zookeeper fuse kcat
 	$(BIN)/pytest -q -p no:cacheprovider -m "not long" $(PYTEST_ARGS)
 
 # the tests `make test` leaves out for time (marked `long`); the fault campaign is `python -m tests.faults`
-test-long: $(STAMP) zookeeper fuse kcat
+test-long: $(STAMP) $(GLUE_JAR) zookeeper fuse kcat
 	$(BIN)/pytest -q -p no:cacheprovider -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)
