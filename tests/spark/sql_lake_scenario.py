@@ -72,20 +72,18 @@ def lake_rows_planned(bootstrap: str, database: str, table: str) -> int:
     return sum(r.lake_records for r in ranges)
 
 
-def pyfluss_rows(bootstrap: str, database: str, keys: list[int]) -> list[tuple[Any, ...]]:
-    import asyncio
-
+def pyfluss_rows(bootstrap: str, database: str, keys: list[int]) -> list[tuple[Any, ...] | None]:
     import fluss
 
-    async def lookup() -> list[tuple[Any, ...]]:
+    async def lookup() -> list[tuple[Any, ...] | None]:
         connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
         try:
             table = await connection.get_table(fluss.TablePath(database, "orders"))
             lookuper = table.new_lookup().create_lookuper()
             found = [await lookuper.lookup({"id": k}) for k in keys]
         finally:
-            connection.close()
-        return [(r["id"], r["item"], r["amount"], r["note"]) for r in found]
+            await connection.close()
+        return [None if r is None else (r["id"], r["item"], r["amount"], r["note"]) for r in found]
 
     return asyncio.run(lookup())
 
