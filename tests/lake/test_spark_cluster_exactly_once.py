@@ -23,7 +23,7 @@ from test_spark_cluster_connector import create_table, read_log, rows
 from strom.spark.exactly_once import CRASH_ENV, TASK_CRASH_ENV
 from strom.spark.standalone import StandaloneCluster
 
-pytestmark = [pytest.mark.long, pytest.mark.timeout(900)]  # two Spark drivers, one after the other
+pytestmark = [pytest.mark.long, pytest.mark.timeout(1200)]  # two Spark drivers, one after the other
 
 JOB = Path(__file__).parents[1] / "spark" / "exactly_once_job.py"
 ROWS = 300  # 3 micro-batches of 100
@@ -40,7 +40,7 @@ def run_driver(args: list[str], env: dict[str, str], log: Path) -> int:
             start_new_session=True,
         )
     try:
-        return proc.wait(timeout=300)
+        return proc.wait(timeout=540)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -15,7 +15,9 @@ from typing import Any
 from strom.spark.exactly_once import CRASH_ENV, TASK_CRASH_ENV
 
 
-def run_query(spark: Any, bootstrap: str, source: str, target: str, checkpoint: str, once: bool) -> None:
+def run_query(
+    spark: Any, bootstrap: str, source: str, target: str, checkpoint: str, once: bool, timeout: float = 120
+) -> None:
     query = (
         spark.readStream.format("fluss")
         .option("bootstrap.servers", bootstrap)
@@ -29,7 +31,9 @@ def run_query(spark: Any, bootstrap: str, source: str, target: str, checkpoint: 
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination(120)
+    if not query.awaitTermination(timeout):
+        query.stop()
+        raise RuntimeError(f"query did not drain the source within {timeout} s")
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
 
@@ -54,7 +58,8 @@ def main() -> None:
             conf[f"spark.executorEnv.{TASK_CRASH_ENV}"] = os.environ[TASK_CRASH_ENV]
     # local mode: one retry per task (a task whose Python worker the fault point kills runs again)
     spark = strom.spark.session(app="strom-exactly-once-test", master=master or "local[2,2]", **conf)
-    run_query(spark, bootstrap, source, target, checkpoint, once == "true")
+    # a cluster's executors may be lost and started again in a micro-batch: more time
+    run_query(spark, bootstrap, source, target, checkpoint, once == "true", 120 if master is None else 480)
     spark.stop()
 
 
