@@ -761,6 +761,36 @@ KV_SNAPSHOT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=10),
     "How often each kv tablet uploads a snapshot of its RocksDB state.",
 )
+KV_SCANNER_TTL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.ttl",
+    timedelta,
+    timedelta(minutes=10),
+    "Idle time after which a ScanKv scanner session is closed and its RocksDB snapshot released.",
+)
+KV_SCANNER_EXPIRATION_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.expiration-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often idle ScanKv scanner sessions are looked for and closed.",
+)
+KV_SCANNER_MAX_PER_BUCKET: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-bucket",
+    int,
+    8,
+    "Most ScanKv scanner sessions open at once on one bucket (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_PER_SERVER: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-server",
+    int,
+    200,
+    "Most ScanKv scanner sessions open at once on one tablet server (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.scanner.max-batch-size",
+    MemorySize,
+    MemorySize(10 << 20),
+    "Cap on the bytes of one ScanKv answer: min(the request's batch_size_bytes, this).",
+)
 KV_SNAPSHOT_NUM_RETAINED: ConfigOption[int] = ConfigOption(
     "kv.snapshot.num-retained", int, 2, "Completed kv snapshots kept per bucket (>= 1)."
 )
@@ -973,6 +1003,11 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS,
         REMOTE_FS_WRITE_BUFFER_SIZE,
         KV_SNAPSHOT_INTERVAL,
+        KV_SCANNER_TTL,
+        KV_SCANNER_EXPIRATION_INTERVAL,
+        KV_SCANNER_MAX_PER_BUCKET,
+        KV_SCANNER_MAX_PER_SERVER,
+        KV_SCANNER_MAX_BATCH_SIZE,
         KV_SNAPSHOT_NUM_RETAINED,
         KV_ROCKSDB_BLOCK_CACHE_SIZE,
         KV_ROCKSDB_SHARED_MEMORY_WRITE_BUFFER_SIZE,
