@@ -460,7 +460,16 @@ SECURITY_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     str,
     None,
     "PEM file of the CA certificates this server trusts when it connects to the internal listener of "
-    "other servers over SSL or SASL_SSL (the system's CAs when unset).",
+    "other servers over SSL or SASL_SSL (the system's CAs when unset), and, with "
+    "security.ssl.client.auth, the CAs of the client certificates it accepts.",
+)
+SECURITY_SSL_CLIENT_AUTH: ConfigOption[str] = ConfigOption(
+    "security.ssl.client.auth",
+    str,
+    "none",
+    "Client certificates on SSL and SASL_SSL listeners (mutual TLS): none; requested (verified against "
+    "security.ssl.truststore.location when a client presents one); required (a connection without a "
+    "certificate signed by a trusted CA is refused). Servers present their own key store to each other.",
 )
 SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     "security.sasl.enabled.mechanisms",
@@ -955,6 +964,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         SECURITY_SSL_KEYSTORE_LOCATION,
         SECURITY_SSL_KEY_PASSWORD,
         SECURITY_SSL_TRUSTSTORE_LOCATION,
+        SECURITY_SSL_CLIENT_AUTH,
         AUTHORIZER_ENABLED,
         SUPER_USERS,
         AUTHORIZER_ACL_REFRESH_INTERVAL,
@@ -1481,6 +1491,19 @@ CLIENT_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     "With SSL or SASL_SSL: PEM file of the CA certificates the client trusts (the system's CAs when "
     "unset). A server's certificate must also name the host the client connects to.",
 )
+CLIENT_SSL_KEYSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.keystore.location",
+    str,
+    None,
+    "With SSL or SASL_SSL: PEM file holding the client's private key and certificate chain, presented "
+    "to servers that ask for client certificates (security.ssl.client.auth).",
+)
+CLIENT_SSL_KEY_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.key.password",
+    str,
+    None,
+    "Password of the private key in client.security.ssl.keystore.location, when it is encrypted.",
+)
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
 )
@@ -1532,6 +1555,8 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         CLIENT_LOOKUP_MAX_RETRIES,
         CLIENT_SECURITY_PROTOCOL,
         CLIENT_SSL_TRUSTSTORE_LOCATION,
+        CLIENT_SSL_KEYSTORE_LOCATION,
+        CLIENT_SSL_KEY_PASSWORD,
         CLIENT_SASL_MECHANISM,
         CLIENT_SASL_JAAS_CONFIG,
         CLIENT_SASL_USERNAME,
