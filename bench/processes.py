@@ -23,7 +23,7 @@ from typing import Any
 import fluss
 import numpy as np
 import pyarrow as pa
-from common import Row, cluster, median_of, parser, report, wide_batch
+from common import Row, cluster, cpu_seconds, median_of, parser, report, wide_batch
 
 from strom.client import Connection
 from strom.common.schema import Schema
@@ -84,7 +84,14 @@ def _lookup_worker(
     asyncio.run(run())
 
 
-def _run_clients(context: Any, target: Any, args_of: Any, clients: int) -> tuple[float, list[Any]]:
+# per measurement: the tablet servers' CPU seconds per wall second while the clients ran (1.0 = one
+# core busy), to show whether the servers or the clients were the bottleneck
+SERVER_BUSY: dict[str, list[float]] = {}
+
+
+def _run_clients(
+    context: Any, target: Any, args_of: Any, clients: int, pids: list[int], what: str
+) -> tuple[float, list[Any]]:
     """Start `clients` processes, wait until each is connected, start them together: (start time,
     what each put in its queue)."""
     ready, out, go = context.Queue(), context.Queue(), context.Event()
@@ -93,9 +100,12 @@ def _run_clients(context: Any, target: Any, args_of: Any, clients: int) -> tuple
         w.start()
     for _ in workers:
         ready.get(timeout=300)
+    before = [cpu_seconds(p) for p in pids]
     started = time.time()
     go.set()
     results = [out.get(timeout=600) for _ in workers]
+    used = sum(cpu_seconds(p) - b for p, b in zip(pids, before, strict=True))
+    SERVER_BUSY.setdefault(what, []).append(used / (time.time() - started))
     for w in workers:
         w.join()
         if w.exitcode != 0:
@@ -148,19 +158,30 @@ def measure(servers: int, args: Any) -> tuple[float, float, list[int]]:
     context = multiprocessing.get_context("spawn")
     with cluster(tablet_servers=servers) as running:
         bootstrap = running.bootstrap
+        pids = [s.pid for s in running.tablet_servers.values() if s.pid is not None]
         asyncio.run(_create_tables(bootstrap, batch.schema, args.keys))
         runs = iter(range(8))
 
         def append() -> float:
             table = f"appends_{next(runs)}"
             started, ends = _run_clients(
-                context, _append_worker, lambda _: (bootstrap, table, per_client, rows), args.clients
+                context,
+                _append_worker,
+                lambda _: (bootstrap, table, per_client, rows),
+                args.clients,
+                pids,
+                f"{servers} append",
             )
             return per_client * args.clients * batch.nbytes / 1e6 / (max(ends) - started)
 
         def lookups() -> float:
             _, done = _run_clients(
-                context, _lookup_worker, lambda i: (bootstrap, args.keys, args.seconds, i), args.clients
+                context,
+                _lookup_worker,
+                lambda i: (bootstrap, args.keys, args.seconds, i),
+                args.clients,
+                pids,
+                f"{servers} lookups",
             )
             return sum(done) / args.seconds
 
@@ -182,6 +203,8 @@ def main() -> None:
     two = one if args.smoke else measure(2, args)
     if not args.json:
         print(f"buckets led per tablet server: 1 process {one[2]}, 2 processes {two[2]}")
+        for what, busy in SERVER_BUSY.items():
+            print(f"tablet-server CPU seconds per second, {what}: {', '.join(f'{b:.2f}' for b in busy)}")
     report(
         [
             Row("append, 2 tablet-server processes", two[0], one[0], "MB/s", "1 process"),
