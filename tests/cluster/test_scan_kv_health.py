@@ -7,6 +7,7 @@ order, expire after kv.scanner.ttl, and refuse what Fluss refuses."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -25,7 +26,7 @@ from strom.rpc.gen import fluss_api_pb2 as pb
 
 def test_scan_kv_cluster_health_and_alter_database(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory(
-        tablet_servers=1, config={"kv.scanner.ttl": "1s", "kv.scanner.expiration-interval": "100ms"}
+        tablet_servers=1, config={"kv.scanner.ttl": "3s", "kv.scanner.expiration-interval": "100ms"}
     )
     path, log_path = TablePath("fluss", "scanned"), TablePath("fluss", "scanned_log")
     schema = pa.schema([("k", pa.int32()), ("v", pa.string())])
@@ -100,10 +101,9 @@ def test_scan_kv_cluster_health_and_alter_database(cluster_factory: Any) -> None
         # closed by the client: gone; idle past kv.scanner.ttl: expired
         assert (await scan(scanner_id=sid, close_scanner=True)).error_code == 0
         assert (await scan(scanner_id=sid, call_seq_id=2, batch_size_bytes=1)).error_code == 67
+        # (a scanner left idle now is checked at the end, past the 3 s TTL)
         idle = (await scan(bucket_scan_req=open_req(), call_seq_id=0, batch_size_bytes=1)).scanner_id
-        await asyncio.sleep(1.5)
-        expired = await scan(scanner_id=idle, call_seq_id=1, batch_size_bytes=1)
-        assert expired.error_code == errors.ScannerExpiredError.code, expired
+        idle_since = time.monotonic()
 
         # cluster health, from the coordinator and passed on by a tablet server
         health = await admin.get_cluster_health()
@@ -129,6 +129,10 @@ def test_scan_kv_cluster_health_and_alter_database(cluster_factory: Any) -> None
         bad.config_changes.add(config_key="a", config_value="x", op_type=2)
         with pytest.raises(errors.InvalidConfigError, match="op type 2"):
             await admin._call(ApiKey.ALTER_DATABASE, bad, read_only=False)
+
+        await asyncio.sleep(max(0.0, 3.5 - (time.monotonic() - idle_since)))
+        expired = await scan(scanner_id=idle, call_seq_id=1, batch_size_bytes=1)
+        assert expired.error_code == errors.ScannerExpiredError.code, expired
 
     async def main() -> None:
         async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:

@@ -77,7 +77,7 @@ def test_servers_and_strom_client_speak_tls_while_pyfluss_keeps_a_plaintext_list
 
         async def anonymous() -> None:
             settings = {k: v for k, v in tls.items() if "keystore" not in k}
-            settings["client.request-timeout"] = "2s"
+            settings["client.request-timeout"] = "1s"
             async with await Connection.create(settings) as conn:
                 await conn.get_admin().list_databases()
 
