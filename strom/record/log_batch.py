@@ -230,13 +230,16 @@ def crc_is_valid(buf: Buffer, pos: int, header: LogBatchHeader) -> bool:
 
 
 def compute_crc(buf: Buffer, pos: int, size: int) -> int:
-    magic = buf[pos + MAGIC_OFFSET]
-    return crc32c(memoryview(buf)[pos + schema_id_offset(magic) : pos + size])
+    """The CRC of the batch of `size` bytes at `pos`, where its magic puts the CRC's range (V0's for a
+    magic no batch has, so that tools can forge such batches; readers refuse them on the magic)."""
+    start = _SCHEMA_ID_OFFSET_BY_MAGIC.get(buf[pos + MAGIC_OFFSET], SCHEMA_ID_OFFSET)
+    return crc32c(memoryview(buf)[pos + start : pos + size])
 
 
 def write_crc(buf: bytearray | memoryview, pos: int, size: int) -> None:
     """Recompute and store the CRC of the batch of `size` bytes at `pos`."""
-    _UINT32.pack_into(buf, pos + crc_offset(buf[pos + MAGIC_OFFSET]), compute_crc(buf, pos, size))
+    at = _CRC_OFFSET_BY_MAGIC.get(buf[pos + MAGIC_OFFSET], CRC_OFFSET)
+    _UINT32.pack_into(buf, pos + at, compute_crc(buf, pos, size))
 
 
 def patch_offset_and_timestamp(
