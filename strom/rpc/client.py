@@ -90,7 +90,8 @@ class RpcConnection(asyncio.Protocol):
         try:
             await connection._handshake(expected_server_type, sasl, connect_timeout)
         except NetworkError as e:
-            lost = connection.transport is None  # closed by the server, not timed out
+            # closed by the server (perhaps not yet reported as lost), not timed out
+            lost = connection.transport is None or connection.transport.is_closing()
             connection.close()
             if tls is not None and lost and connection.server_type is None:
                 # TLS 1.3 servers verify client certificates after the client's side of the handshake
