@@ -24,7 +24,7 @@ from test_tiering_service import session, start_tiering
 from strom.client import Connection, Schema, TableDescriptor, TablePath
 from strom.client.lookup.historical import is_past_auto_partition
 from strom.common import types as T
-from strom.common.errors import InvalidTableError, PartitionNotExistError
+from strom.common.errors import InvalidTableError, PartitionNotExistError, PartitionSpecInvalidError
 from strom.common.partition import HISTORICAL_PARTITION_VALUE
 from strom.lake.paimon.storage import PaimonLakeStorage
 from strom.server.tablet.historical_lookup import HistoricalLookup
@@ -113,6 +113,39 @@ def test_lookup_of_an_expired_partition_is_answered_from_the_lake(
 
     # pyfluss sends no historical lookups (nor does it against Fluss): the key is not found
     assert session(cluster, pyfluss_lookup) is None
+
+    # Writes to an expired partition are refused, as Fluss 1.0 refuses them (its CreatePartition
+    # checks the partition time against retention): the write would create the partition again,
+    # and retention drop it with the new records. A table that keeps one day: OLD is out of date.
+    kept = TablePath("fluss", "recent")
+
+    async def write_expired() -> None:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            schema = Schema.from_arrow_schema(
+                pa.schema([("dt", pa.string()), ("id", pa.int32()), ("v", pa.string())]),
+                primary_key=["dt", "id"],
+            )
+            retained = {**PROPERTIES, "table.auto-partition.num-retention": "1"}
+            await conn.get_admin().create_table(
+                kept, TableDescriptor(schema, partition_keys=["dt"], bucket_count=1, properties=retained)
+            )
+            writer = (await conn.get_table(kept)).new_upsert().create_writer()
+            with pytest.raises(PartitionSpecInvalidError, match=f"'{OLD}' .* is out-of-date"):
+                await writer.upsert({"dt": OLD, "id": 1, "v": "late"})
+                await writer.flush()
+            with pytest.raises(PartitionSpecInvalidError, match="does not match the expected format"):
+                await conn.get_admin().create_partition(kept, {"dt": "2020-01-01"})
+
+    asyncio.run(asyncio.wait_for(write_expired(), 60))
+
+    async def pyfluss_create_expired(connection: Any) -> str:
+        try:
+            await connection.get_admin().create_partition(fluss.TablePath("fluss", "recent"), {"dt": OLD})
+        except Exception as e:  # pyfluss's FlussError
+            return str(e)
+        return "created"
+
+    assert "out-of-date" in session(cluster, pyfluss_create_expired)
 
 
 def _info(**extra: str) -> Any:
