@@ -18,7 +18,8 @@ import fluss
 import pyarrow as pa
 import pytest
 from harness import Cluster
-from paimon_helpers import paimon_info
+from lake_helpers import upsert
+from paimon_helpers import PaimonTiering, paimon_bucket_of, paimon_info, paimon_storage
 from test_tiering_service import session, start_tiering
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
@@ -27,7 +28,9 @@ from strom.common import types as T
 from strom.common.errors import InvalidTableError, PartitionNotExistError, PartitionSpecInvalidError
 from strom.common.partition import HISTORICAL_PARTITION_VALUE
 from strom.lake.paimon.storage import PaimonLakeStorage
+from strom.record.compacted_row import CompactedRowEncoder
 from strom.server.tablet.historical_lookup import HistoricalLookup
+from strom.server.tablet.kv.recovery import table_key_encoder
 
 OLD = "20200101"  # a past DAY partition
 PROPERTIES = {
@@ -177,3 +180,52 @@ def test_server_refuses_historical_lookups_outside_the_historical_partition() ->
     off = _info(**{"table.datalake.historical-partition.enabled": "false"})
     with pytest.raises(InvalidTableError, match=r"historical-partition\.enabled"):
         asyncio.run(lookup.lookup(off, HISTORICAL_PARTITION_VALUE, 0, "20200101", [b"k"]))
+
+
+def test_lake_rows_are_cached_per_bucket_until_a_new_lake_snapshot(tmp_path: Path) -> None:
+    """The tablet server reads an expired partition's lake bucket once per lake snapshot: later lookups
+    in it are answered from memory, a new tiering round is seen at once, and a bucket larger than
+    server.historical-partition.lookup-cache.max-rows is not kept (and still answered)."""
+    storage = paimon_storage(tmp_path)
+    info = _info()
+    storage.catalog().create_table(info)
+    tiering = PaimonTiering(storage, info)
+    rows = [{"dt": OLD, "id": i, "v": f"a{i}"} for i in range(60)]
+    tiering.append([upsert(**row) for row in rows])
+    tiering.round()
+    bucket = paimon_bucket_of(info, rows[0])
+    same_bucket = [r for r in rows if paimon_bucket_of(info, r) == bucket]
+    key = table_key_encoder(info).encode_key
+    value = CompactedRowEncoder(info.schema.row_type).encode
+    config = {
+        "datalake.format": "paimon",
+        "datalake.paimon.metastore": "filesystem",
+        "datalake.paimon.warehouse": str(tmp_path / "warehouse"),
+    }
+
+    def look_up(lookup: HistoricalLookup, wanted: list[dict[str, Any]]) -> list[bytes | None]:
+        keys = [key([r["dt"], r["id"], r["v"]]) for r in wanted]
+        return asyncio.run(lookup.lookup(info, HISTORICAL_PARTITION_VALUE, bucket, OLD, keys))
+
+    def encoded(row: dict[str, Any]) -> bytes:
+        return b"\x01\x00" + value([row["dt"], row["id"], row["v"]])  # schema id 1, little-endian
+
+    lookup = HistoricalLookup(config)
+    assert lookup.cache is not None
+    first, second = same_bucket[0], same_bucket[1]
+    assert look_up(lookup, [first]) == [encoded(first)]
+    assert look_up(lookup, [second, {"dt": OLD, "id": 999, "v": None}]) == [encoded(second), None]
+    assert (lookup.cache.misses, lookup.cache.hits, lookup.cache.cached_rows) == (1, 1, len(same_bucket))
+    # a new round changes the key: the next lookup sees the new snapshot, not the cached rows
+    changed = {**first, "v": "b"}
+    tiering.append([upsert(**changed)])
+    tiering.round()
+    assert look_up(lookup, [first]) == [encoded(changed)]
+    assert (lookup.cache.misses, lookup.cache.hits) == (2, 1)
+
+    small = HistoricalLookup({**config, "server.historical-partition.lookup-cache.max-rows": "5"})
+    assert look_up(small, [second]) == look_up(small, [second]) == [encoded(second)]
+    assert small.cache is not None and small.cache.cached_rows == 0 and small.cache.misses == 2
+    assert (
+        HistoricalLookup({**config, "server.historical-partition.lookup-cache.max-rows": "0"}).cache is None
+    )
