@@ -309,7 +309,12 @@ def test_lance_and_delta_tier_exactly_once_across_a_killed_service_and_union_rea
         admin = connection.get_admin()
         await admin.create_table(
             fluss.TablePath("fluss", "events"),
-            fluss.TableDescriptor(fluss.Schema(LOG_SCHEMA), bucket_count=BUCKETS, properties=lake),
+            # compaction and snapshot expiry after every round, between the kills
+            fluss.TableDescriptor(
+                fluss.Schema(LOG_SCHEMA),
+                bucket_count=BUCKETS,
+                properties={**lake, "table.datalake.auto-maintenance": "true"},
+            ),
         )
         try:
             await admin.create_table(
