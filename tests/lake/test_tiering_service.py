@@ -163,22 +163,7 @@ def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
     session(cluster, create_tables)
     workload = Workload()
     log = tmp_path / "tiering.log"
-    log.touch()
-    for kill_delay in (0.0, 0.25, 0.6, 1.2):
-        session(cluster, workload.write)
-        service = start_tiering(cluster, config, log)
-        try:
-            # let it commit at least one round, give it new data, then kill it somewhere in the next one
-            rounds = log.read_text().count("tiered fluss.")
-            deadline = time.monotonic() + 30
-            while log.read_text().count("tiered fluss.") == rounds:
-                assert time.monotonic() < deadline, "the tiering service made no progress"
-                time.sleep(0.1)
-            session(cluster, workload.write)
-            time.sleep(kill_delay)
-        finally:
-            service.send_signal(signal.SIGKILL)
-            service.wait()
+    kill_loop(cluster, config, log, workload, (0.0, 0.25, 0.6, 1.2))
     session(cluster, workload.write)
     service = start_tiering(cluster, config, log)
     try:
@@ -258,8 +243,29 @@ def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.
         process.wait(60)
 
 
+def kill_loop(cluster: Cluster, config: dict[str, str], log: Path, workload: Workload, delays: Any) -> None:
+    """Per delay: start the service, let it tier a round, give it new data, SIGKILL it after the delay
+    (somewhere in its next round)."""
+    log.touch()
+    for kill_delay in delays:
+        session(cluster, workload.write)
+        service = start_tiering(cluster, config, log)
+        try:
+            rounds = log.read_text().count("tiered fluss.")
+            deadline = time.monotonic() + 30
+            while log.read_text().count("tiered fluss.") == rounds:
+                assert time.monotonic() < deadline, "the tiering service made no progress"
+                time.sleep(0.1)
+            session(cluster, workload.write)
+            time.sleep(kill_delay)
+        finally:
+            service.send_signal(signal.SIGKILL)
+            service.wait()
+
+
 def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
-    """The same service and the same tables with the Paimon format, read back with pypaimon."""
+    """The same service and the same tables with the Paimon format, SIGKILLed in a short loop, read
+    back with pypaimon."""
     from pypaimon import CatalogFactory
 
     config = {
@@ -267,12 +273,16 @@ def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
         "datalake.paimon.metastore": "filesystem",
         "datalake.paimon.warehouse": str(tmp_path / "paimon"),
     }
-    cluster: Cluster = cluster_factory(tablet_servers=1, config=config)
+    # KV snapshots every second: PK buckets enter the lake from a snapshot, then their changelog
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1, config={**config, "lake.tiering.job-timeout": "3s", "kv.snapshot.interval": "1s"}
+    )
     session(cluster, create_tables)
     workload = Workload()
+    log = tmp_path / "tiering.log"
+    kill_loop(cluster, config, log, workload, (0.0, 0.4))
     session(cluster, workload.write)
-    session(cluster, workload.write)
-    service = start_tiering(cluster, config, tmp_path / "tiering.log")
+    service = start_tiering(cluster, config, log)
 
     def read(name: str, columns: list[str]) -> list[dict[str, Any]]:
         catalog = CatalogFactory.create({"metastore": "filesystem", "warehouse": str(tmp_path / "paimon")})
