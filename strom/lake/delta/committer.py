@@ -15,6 +15,7 @@ metadata; the staged files are deleted once it landed (or when the round is abor
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -223,36 +224,38 @@ class DeltaLakeCommitter(LakeCommitter):
         return int(table.version())
 
     def expire_snapshots(self, older_than: datetime | None = None, retain_last: int = 1) -> int:
-        """Make versions older than `older_than` unreadable: VACUUM deletes the files that only they
-        reference, and log entries past `delta.logRetentionDuration` go at the next checkpoint. The
-        default cutoff is the table's `delta.deletedFileRetentionDuration` (a week by default, as in
-        Delta). How many files were deleted.
+        """Make versions older than `older_than` unreadable: a "lite" VACUUM deletes the files the log
+        removed before the cutoff (no version after it references them), and log entries past
+        `delta.logRetentionDuration` go at the next checkpoint. The default cutoff is the table's
+        `delta.deletedFileRetentionDuration` (a week by default, as in Delta). How many files were
+        deleted.
 
         Kept whatever their age: the latest tiering version (restarts resume from its offsets, union
-        reads pin it) and every version after it, and the newest `retain_last` versions. The VACUUM
-        is "lite": it deletes only files the log removed, never files of a round still being
-        written. Its commits carry the latest tiering offsets, as compaction's do."""
+        reads pin it) and the newest `retain_last` versions. Files of a round still being written are
+        in no log, and a lite VACUUM never deletes such files. Its commits carry the latest tiering
+        offsets, as compaction's do."""
         if retain_last < 1:
             raise ValueError("retain_last must be at least 1")
         table = self._catalog.open(self._info.table_path)
         latest = self._latest_tiering(table)
         if latest is None:
             return 0
+        now_ms = time.time() * 1000
         if older_than is None:
             configured = table.metadata().configuration.get(FILE_RETENTION_PROPERTY)
             age = parse_interval(configured) if configured else DEFAULT_FILE_RETENTION
-            cutoff_ms = int(time.time() * 1000 - age.total_seconds() * 1000)
+            cutoff_ms = now_ms - age.total_seconds() * 1000
         else:
-            cutoff_ms = int(older_than.timestamp() * 1000)
-        history = sorted((version, millis) for version, millis, _ in self._history(table))
-        keep = {version for version, _ in history[-retain_last:]}
-        keep.update(v for v, millis in history if millis >= cutoff_ms or v >= latest.snapshot_id)
+            cutoff_ms = older_than.timestamp() * 1000
+        # VACUUM counts whole hours: rounded up, so it never deletes a file removed after the cutoff
+        retention_hours = max(0, math.ceil((now_ms - cutoff_ms) / 3_600_000))
+        newest = [version for version, _, _ in self._history(table)][:retain_last]
         carried = {k: latest.properties[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
         removed = table.vacuum(
-            retention_hours=0,  # the versions to keep are named: everything else may go
+            retention_hours=retention_hours,
             dry_run=False,
             enforce_retention_duration=False,
-            keep_versions=sorted(keep),
+            keep_versions=sorted({latest.snapshot_id, *newest}),
             full=False,
             commit_properties=CommitProperties(custom_metadata=carried, max_commit_retries=0),
         )
