@@ -13,6 +13,7 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -58,7 +59,8 @@ def tier(storage: PaimonLakeStorage, info: TableInfo, rows: int) -> dict[int, li
     ids: dict[int, list[int]] = {b: [] for b in range(BUCKETS)}
     for i in range(rows):
         ids[paimon_bucket(encoder.encode([i]), BUCKETS)].append(i)
-    results, ends = [], {}
+    results: list[Any] = []
+    ends: dict[tuple[int | None, int], int] = {}
     for bucket, bucket_ids in ids.items():
         n = len(bucket_ids)
         batch = pa.table(
