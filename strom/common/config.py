@@ -723,6 +723,14 @@ AUTO_PARTITION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=10),
     "How often the coordinator creates upcoming and drops expired auto partitions.",
 )
+SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
+    "server.historical-partition.lookup-cache.max-rows",
+    int,
+    1_000_000,
+    "(Strom) How many lake rows a tablet server keeps in memory for lookups of expired partitions "
+    "(whole buckets as of one lake snapshot, least recently used evicted first); 0 turns the cache off. "
+    "Fluss caches them on disk instead (server.historical-partition.lookup-cache.max-disk-ratio).",
+)
 LOG_SEGMENT_FILE_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "log.segment.file-size", MemorySize, MemorySize(1 << 30), "Size at which a log segment is rolled."
 )
@@ -1049,6 +1057,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         ALLOW_CREATE_LOG_TABLES,
         ALLOW_CREATE_KV_TABLES,
         AUTO_PARTITION_CHECK_INTERVAL,
+        SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS,
         LOG_SEGMENT_FILE_SIZE,
         LOG_INDEX_FILE_SIZE,
         LOG_INDEX_INTERVAL_SIZE,

@@ -34,7 +34,7 @@ from strom.common.errors import (
 )
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
-from strom.common.partition import parse_partition_name, validate_partition_spec
+from strom.common.partition import parse_partition_name, validate_auto_partition_time, validate_partition_spec
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import (
     DEFAULT_DATABASE_NAME,
@@ -482,6 +482,7 @@ class MetadataService:
         record, descriptor = self._partitioned_table(path)
         spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
         name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, True))
+        validate_auto_partition_time(path, descriptor.partition_keys, spec, descriptor.properties)
         async with self._ddl_lock:
             if self.store.get_partition(record.table_id, name) is not None:
                 if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message
