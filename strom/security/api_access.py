@@ -47,6 +47,7 @@ INTERNAL_APIS = frozenset(
         ApiKey.TABLET_SERVER_HEARTBEAT,
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
+        ApiKey.RESCALE_BUCKET,
     }
 )
 

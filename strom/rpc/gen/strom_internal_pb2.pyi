@@ -325,3 +325,29 @@ class AllocateAutoIncrementIdsResponse(_message.Message):
     START_FIELD_NUMBER: _ClassVar[int]
     start: int
     def __init__(self, start: _Optional[int] = ...) -> None: ...
+
+class RescaleBucketRequest(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id", "bucket_count", "action", "records")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    bucket_count: int
+    action: int
+    records: bytes
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., bucket_count: _Optional[int] = ..., action: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class RescaleBucketResponse(_message.Message):
+    __slots__ = ("log_end_offset", "records", "record_count")
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    log_end_offset: int
+    records: bytes
+    record_count: int
+    def __init__(self, log_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...

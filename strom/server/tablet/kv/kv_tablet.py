@@ -168,8 +168,10 @@ class KvTablet:
         self._use_schema(self.table_info)
 
     def table_altered(self, table_info: TableInfo) -> None:
-        """AlterTable: writes and reads from now on are in the new schema."""
+        """AlterTable: writes and reads from now on are in the new schema (and, after a rescale, are
+        checked against the new bucket count)."""
         self._use_schema(table_info)
+        self._key_check = KeyCheck(table_info, self._key_check.bucket)
 
     @overload
     def _upgrade(self, values: list[bytes]) -> list[bytes]: ...
