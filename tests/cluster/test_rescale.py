@@ -60,10 +60,12 @@ async def rescale_under_writes(
     write: Callable[[Any, Any], Awaitable[None]],
 ) -> int:
     """Write `chunks` in order from a connection of their own, and rescale the table to 6 buckets once
-    a quarter of them are in. A chunk refused because the table was rescaled is written again through
-    a fresh table handle (what a user does: get the table again). Returns the refusals seen."""
+    a quarter of them are in; the last quarter waits for the rescale to end, so some writes are surely
+    routed by the old count. A chunk refused because the table was rescaled is written again through a
+    fresh table handle (what a user does: get the table again). Returns the refusals seen."""
     refusals = 0
     started = asyncio.Event()
+    altered = asyncio.Event()
 
     async def writer() -> None:
         nonlocal refusals
@@ -72,6 +74,8 @@ async def rescale_under_writes(
             for n, chunk in enumerate(chunks):
                 if n == len(chunks) // 4:
                     started.set()
+                if n == len(chunks) * 3 // 4:
+                    await asyncio.wait_for(altered.wait(), 60)
                 for _ in range(50):
                     try:
                         await write(table, chunk)
@@ -86,6 +90,7 @@ async def rescale_under_writes(
     task = asyncio.ensure_future(writer())
     await asyncio.wait_for(started.wait(), 60)
     await conn.get_admin().alter_table(path, [TableChange.set_option("bucket.num", "6")])
+    altered.set()
     await task
     return refusals
 
