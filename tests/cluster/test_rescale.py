@@ -139,6 +139,9 @@ def test_pk_table_rescaled_from_2_to_6_under_writes(shared_cluster: Cluster) -> 
 
         table = await conn.get_table(path)
         assert table.info.bucket_count == 6
+        status = await conn.get_admin().describe_cluster()  # what `strom status` shows
+        [shown] = [t for t in status.tables if t.table_id == table.info.table_id]
+        assert shown.rescale is not None and shown.rescale.startswith("2 -> 6 buckets: DONE")
         found = await table.new_lookup().create_lookuper().lookup_many([(i,) for i in range(n)])
         assert [r and r["name"] for r in found] == [f"n{i}" for i in range(n)]
         # each bucket's changelog folds to exactly the keys that hash to it under 6 buckets
