@@ -160,7 +160,7 @@ def test_task_states_and_record() -> None:
         RescaleState.DONE,
     ]
     assert RescaleTask.from_bytes(task.to_bytes()) == task
-    assert task.key == "rescale/7"
+    assert task.key == "rescale/7/task"
 
 
 def test_what_a_rescale_refuses() -> None:

@@ -83,7 +83,7 @@ class RescaleTask:
 
     @property
     def key(self) -> str:
-        return f"{DOCUMENT_PREFIX}{self.table_id}"
+        return task_key(self.table_id)
 
     def advance(self) -> RescaleState:
         """The next state (DONE stays DONE)."""
@@ -125,6 +125,11 @@ class RescaleTask:
         if self.state is not RescaleState.SEALED:
             text += f", {self.moved_rows} rows moved"
         return text
+
+
+def task_key(table_id: int) -> str:
+    # "/task" ends the id, so the prefix of table 1's document is not also table 10's
+    return f"{DOCUMENT_PREFIX}{table_id}/task"
 
 
 def cut_key(partition_id: int | None, bucket: int) -> str:
@@ -193,12 +198,14 @@ class RescaleManager:
     # ---- status
 
     def task(self, table_id: int) -> RescaleTask | None:
-        raw = self.store.get_document(f"{DOCUMENT_PREFIX}{table_id}")
+        raw = self.store.get_document(task_key(table_id))
         return None if raw is None else RescaleTask.from_bytes(raw)
 
+    def _tasks(self) -> list[RescaleTask]:
+        return [RescaleTask.from_bytes(raw) for _, raw in self.store.list_documents(DOCUMENT_PREFIX)]
+
     def unfinished(self) -> list[RescaleTask]:
-        tasks = [RescaleTask.from_bytes(raw) for _, raw in self.store.list_documents(DOCUMENT_PREFIX)]
-        return [t for t in tasks if t.state is not RescaleState.DONE]
+        return [t for t in self._tasks() if t.state is not RescaleState.DONE]
 
     # ---- start (under the metadata service's DDL lock)
 
@@ -259,6 +266,9 @@ class RescaleManager:
     async def resume_loop(self) -> None:
         """Finish the tasks a previous coordinator (or a failed run) left; runs for the process's life."""
         while True:
+            for task in self._tasks():
+                if self.store.get_table_by_id(task.table_id) is None:  # dropped: forget its rescale
+                    await self.store.delete_documents(f"{DOCUMENT_PREFIX}{task.table_id}/")
             for task in self.unfinished():
                 running = self._running.get(task.table_id)
                 if running is None or running.done():
@@ -275,7 +285,7 @@ class RescaleManager:
             if task is None or task.state is RescaleState.DONE:
                 return
             if record is None:  # dropped meanwhile: nothing left to move
-                await self.store.delete_documents(task.key)
+                await self.store.delete_documents(f"{DOCUMENT_PREFIX}{table_id}/")
                 return
             if task.state is RescaleState.SEALED:
                 await self._move(record, task)

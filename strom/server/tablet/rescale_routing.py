@@ -33,7 +33,8 @@ def check_log_routing(replica: Replica, records: bytes | memoryview) -> None:
                 schema.row_type,
                 arrow_schema,
                 schema.column_indexes(info.bucket_keys),
-                None,
+                # the table may have turned lake-enabled since: hash as its clients do
+                None if info.datalake_format is None else str(info.datalake_format),
                 info.bucket_count,
             ),
             arrow_schema,
