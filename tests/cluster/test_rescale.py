@@ -210,3 +210,41 @@ def test_log_table_rescale_keeps_per_key_order(shared_cluster: Cluster) -> None:
         assert all(row["seq"] != -1 for *_, row in await read_buckets(table, [0, 1, 2, 3, 4, 5]))
 
     run(shared_cluster, body)
+
+
+def test_partitioned_table_rescales_every_partition_and_later_ones(shared_cluster: Cluster) -> None:
+    """2 -> 3 (not a multiple: rows also move between old buckets) on both existing partitions; a
+    partition created afterwards gets 3 buckets."""
+    schema = pa.schema([("id", pa.int32()), ("p", pa.string()), ("name", pa.string())])
+
+    async def body(conn: Connection) -> None:
+        path = TablePath("fluss", f"rescale_parted_{uuid.uuid4().hex[:8]}")
+        admin = conn.get_admin()
+        descriptor = TableDescriptor(
+            Schema.from_arrow_schema(schema, ["id", "p"]), bucket_count=2, partition_keys=["p"]
+        )
+        await admin.create_table(path, descriptor)
+        for value in ("a", "b"):
+            await admin.create_partition(path, {"p": value})
+        table = await conn.get_table(path)
+        async with table.new_upsert().create_writer() as writer:
+            for i in range(400):
+                writer.upsert({"id": i, "p": "ab"[i % 2], "name": f"n{i}"})
+        await admin.alter_table(path, [TableChange.set_option("bucket.num", "3")])
+        await admin.create_partition(path, {"p": "c"})
+        table = await conn.get_table(path)
+        async with table.new_upsert().create_writer() as writer:
+            for i in range(400, 450):
+                writer.upsert({"id": i, "p": "c", "name": f"n{i}"})
+        keys = [{"id": i, "p": "ab"[i % 2]} for i in range(400)] + [
+            {"id": i, "p": "c"} for i in range(400, 450)
+        ]
+        found = await table.new_lookup().create_lookuper().lookup_many(keys)
+        assert [r and r["name"] for r in found] == [f"n{k['id']}" for k in keys]
+        status = await admin.describe_cluster()
+        [shown] = [t for t in status.tables if t.table_id == table.info.table_id]
+        assert sorted({(b.partition, b.bucket) for b in shown.buckets}) == [
+            (p, b) for p in ("a", "b", "c") for b in range(3)
+        ]
+
+    run(shared_cluster, body)
