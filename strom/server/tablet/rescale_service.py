@@ -83,17 +83,28 @@ class RescaleService:
         if not info.has_primary_key:
             return response
         self.kv_service._flush_committed(replica)
-        rows = [(k, v) for k, v in kv.items()]
-        if not rows:
-            return response
-        buckets = fluss_buckets(pa.array([k for k, _ in rows], pa.binary()), count)
-        leaving = np.flatnonzero(buckets != replica.bucket.bucket)
-        if len(leaving):
+        bucket = replica.bucket.bucket
+        schema_id = info.schema_id
+
+        def leaving_rows() -> tuple[bytes, int] | None:
+            # a scan of the whole bucket: off the event loop (the bucket is sealed, and exports are
+            # taken before the coordinator writes anything, so nothing changes it meanwhile)
+            rows = list(kv.items())
+            if not rows:
+                return None
+            buckets = fluss_buckets(pa.array([k for k, _ in rows], pa.binary()), count)
+            leaving = np.flatnonzero(buckets != bucket)
+            if not len(leaving):
+                return None
             keys = [rows[i][0] for i in leaving]
             values = kv._upgrade([rows[i][1] for i in leaving])  # in the current schema
             # stored values start with their int16 schema id; a KvRecordBatch carries it once
-            response.records = build_kv_batch(
-                [(k, v[2:]) for k, v in zip(keys, values, strict=True)], schema_id=info.schema_id
+            batch = build_kv_batch(
+                [(k, v[2:]) for k, v in zip(keys, values, strict=True)], schema_id=schema_id
             )
-            response.record_count = len(keys)
+            return batch, len(keys)
+
+        found = await asyncio.get_running_loop().run_in_executor(None, leaving_rows)
+        if found is not None:
+            response.records, response.record_count = found
         return response
