@@ -320,8 +320,8 @@ class RescaleManager:
                     arriving[(a.partition_id, target)].append((key, value))
         # 2. into their new buckets, 3. out of the old ones
         by_key = {(a.partition_id, a.bucket_id): a for a in self.store.list_buckets(record.table_id)}
-        for where, rows in sorted(arriving.items(), key=lambda i: (i[0][0] or -1, i[0][1])):
-            await self._call(by_key[where], IMPORT, task.to_count, build_kv_batch(rows, schema_id=schema_id))
+        for where, moved in sorted(arriving.items(), key=lambda i: (i[0][0] or -1, i[0][1])):
+            await self._call(by_key[where], IMPORT, task.to_count, build_kv_batch(moved, schema_id=schema_id))
         for where, keys in sorted(leaving.items(), key=lambda i: (i[0][0] or -1, i[0][1])):
             if keys:
                 await self._call(

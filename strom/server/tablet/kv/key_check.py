@@ -74,7 +74,7 @@ class KeyCheck:
             buckets = self._buckets.buckets(rows)
             wrong = np.flatnonzero(buckets != self._bucket)
             if len(wrong):
-                if was_rescaled(self._info.descriptor):
+                if was_rescaled(self._info.descriptor) and self._bucket is not None:
                     # a client still routing by the count before the rescale: it may refresh and retry
                     raise stale_routing(self._info, self._bucket, int(buckets[wrong[0]]))
                 raise CorruptRecordError(
