@@ -37,7 +37,7 @@ test: $(STAMP) $(GLUE_JAR) zookeeper fuse
 	$(BIN)/pytest -q -p no:cacheprovider -m "not long" $(PYTEST_ARGS)
 
 # the tests `make test` leaves out for time (marked `long`); the fault campaign is `python -m tests.faults`
-test-long: $(STAMP) zookeeper fuse
+test-long: $(STAMP) $(GLUE_JAR) zookeeper fuse
 	$(BIN)/pytest -q -p no:cacheprovider -m long $(PYTEST_ARGS)
 
 lint: $(STAMP)

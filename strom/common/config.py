@@ -509,6 +509,40 @@ DATA_DIR: ConfigOption[str] = ConfigOption(
     "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
     "without ZooKeeper); --data-dir overrides it.",
 )
+DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
+    "data.dirs",
+    list,
+    [],
+    "Local directories of a tablet server, comma-separated (one per disk); takes precedence over data.dir "
+    "and over --data-dir, which stands for data.dir (as in Fluss). Each "
+    "replica (its log and kv data) lives in one of them: a new replica goes to the one holding the fewest "
+    "replicas (then the one with the most free space), and a restarted server finds each replica where it "
+    "is. Empty, duplicate or nested entries are refused at start-up. A directory whose disk fails takes "
+    "only its own replicas offline.",
+)
+SERVER_DATA_DISK_WRITE_LIMIT_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-limit-ratio",
+    float,
+    0.85,
+    "Writes (produce, put) to the replicas of a data directory are refused with DISK_WRITE_LOCKED once "
+    "the used share of its file system (df's Use%) reaches this ratio, and resume once it is back at or "
+    "below server.data-disk.write-recover-ratio; reads go on. 1.0 turns the protection off. Range "
+    "(server.data-disk.write-recover-ratio, 1.0]; changeable live (strom config set).",
+)
+SERVER_DATA_DISK_WRITE_RECOVER_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-recover-ratio",
+    float,
+    0.80,
+    "Writes refused for a full data disk resume once its used share is at or below this ratio. Range "
+    "(0.0, server.data-disk.write-limit-ratio); changeable live.",
+)
+SERVER_DATA_DISK_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.data-disk.check-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often a tablet server samples the usage of each data directory's file system (statvfs) for the "
+    "write protection; writes still flow for up to this long after a disk crosses the limit.",
+)
 REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
     str,
@@ -522,6 +556,21 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     [],
     "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
     "one directory is accepted and a list of several is refused at start-up.",
+)
+REMOTE_ORPHAN_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.interval",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How often the coordinator deletes files in remote.data.dir that no metadata refers to: "
+    "tiered log segments no manifest lists, KV snapshots and SSTs no kept snapshot lists, and the data "
+    "of dropped tables and partitions (also swept at once after a drop). 0 turns the sweep off.",
+)
+REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.grace-period",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How old an unreferenced file of a live table must be before the orphan sweep deletes it, "
+    "so that an upload whose manifest or snapshot is not committed yet is never taken.",
 )
 ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
@@ -931,6 +980,8 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         DATA_DIR,
         REMOTE_DATA_DIR,
         REMOTE_DATA_DIRS,
+        REMOTE_ORPHAN_CLEANUP_INTERVAL,
+        REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD,
         ZOOKEEPER_ADDRESS,
         ZOOKEEPER_PATH_ROOT,
         ZOOKEEPER_SESSION_TIMEOUT,
@@ -940,6 +991,10 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLET_SERVER_HOST,
         TABLET_SERVER_PORT,
         TABLET_SERVER_ID,
+        DATA_DIRS,
+        SERVER_DATA_DISK_WRITE_LIMIT_RATIO,
+        SERVER_DATA_DISK_WRITE_RECOVER_RATIO,
+        SERVER_DATA_DISK_CHECK_INTERVAL,
         TABLET_SERVER_RACK,
         TABLET_SERVER_HEARTBEAT_INTERVAL,
         TABLET_SERVER_SESSION_TIMEOUT,

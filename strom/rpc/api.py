@@ -86,6 +86,8 @@ class ApiKey(enum.IntEnum):
     # Strom-only: what `strom status` shows (Fluss keeps it in ZooKeeper or in memory).
     DESCRIBE_CLUSTER = 9004
     DESCRIBE_REPLICAS = 9005
+    # Strom-only: a tablet server reports the replicas of a failed data directory.
+    REPORT_OFFLINE_REPLICAS = 9006
     # Strom-only: auto-increment id ranges (Fluss's tablet servers use a ZooKeeper counter).
     ALLOCATE_AUTO_INCREMENT_IDS = 9010
     # Strom-only: the steps of an online bucket rescale (Fluss cannot change a table's bucket count).
@@ -111,6 +113,7 @@ _INTERNAL_KEYS = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.DESCRIBE_REPLICAS,
+    ApiKey.REPORT_OFFLINE_REPLICAS,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
     ApiKey.RESCALE_BUCKET,
 }

@@ -29,6 +29,7 @@ from strom.common.errors import (
     LakeStorageNotConfiguredError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
+    StorageError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -159,6 +160,7 @@ class KvService:
                 if entry.HasField("partition_id"):
                     result.partition_id = entry.partition_id
                 try:
+                    self.replicas.writable_leader_replica(bucket)
                     replica, kv = await self._leader_kv(bucket, ctx.api_version)
                     if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                         raise NotEnoughReplicasError(
@@ -180,6 +182,8 @@ class KvService:
                 except FlussError as e:
                     if isinstance(e, CorruptRecordError):
                         log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                    elif isinstance(e, StorageError):
+                        self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                     _set_error(result, e)
                 except Exception as e:
                     _set_error(result, _unexpected(bucket, "PutKv", e))

@@ -28,6 +28,7 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     SchemaNotExistError,
+    StorageError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.rescale import refuse_if_sealed
@@ -187,7 +188,7 @@ class LogService:
             if entry.HasField("partition_id"):
                 result.partition_id = entry.partition_id
             try:
-                replica = self.replicas.leader_replica(bucket)
+                replica = self.replicas.writable_leader_replica(bucket)
                 if replica.table_info.has_primary_key:
                     # its log is the changelog of the KV state: only PutKv may write it
                     raise InvalidTableError(
@@ -221,6 +222,8 @@ class LogService:
             except FlussError as e:
                 if isinstance(e, CorruptRecordError):
                     log.warning("refused a produce batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                elif isinstance(e, StorageError):
+                    self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000

@@ -68,6 +68,8 @@ def set_aside(paths: Iterable[Path]) -> list[Path]:
             continue
         renamed.append(target)
     return renamed
+
+
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers per writev
 Buffer = bytes | bytearray | memoryview
 _SCAN_CHUNK = 64 * 1024  # header walks read this much at a time while batches are small
