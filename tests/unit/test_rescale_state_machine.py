@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET
-from strom.common.bucketing import fluss_bucket
+from strom.common.bucketing import bucket_function_for
 from strom.common.config import Configuration
 from strom.common.errors import InvalidAlterTableError, InvalidTableError
 from strom.common.rescale import FROM_PROPERTY, SEALED_PROPERTY
@@ -49,8 +49,9 @@ SCHEMA = Schema([Column("id", INT()), Column("name", STRING())], primary_key=["i
 class Tablets:
     """Stands in for the tablet servers: each bucket's rows, and RescaleBucket's three actions."""
 
-    def __init__(self, rows: dict[int, dict[bytes, bytes]]) -> None:
+    def __init__(self, rows: dict[int, dict[bytes, bytes]], bucket_of: Any) -> None:
         self.rows = rows
+        self.bucket_of = bucket_of
         self.fail_on_delete = False
 
     async def request(self, host: str, port: int, key: ApiKey, request: Any, timeout: float = 0) -> Any:
@@ -60,7 +61,7 @@ class Tablets:
         response = internal.RescaleBucketResponse(log_end_offset=len(bucket))
         if request.action == EXPORT:
             count = request.bucket_count
-            leaving = [(k, v) for k, v in bucket.items() if fluss_bucket(k, count) != request.bucket_id]
+            leaving = [(k, v) for k, v in bucket.items() if self.bucket_of(k, count) != request.bucket_id]
             if leaving:
                 response.records = build_kv_batch(leaving, schema_id=1)
         elif request.action == IMPORT:
@@ -76,7 +77,9 @@ class Tablets:
         pass
 
 
-async def coordinator(path: Path, tablets: Tablets) -> tuple[MetadataService, RescaleManager]:
+async def coordinator(
+    path: Path, tablets: Tablets, config: Configuration
+) -> tuple[MetadataService, RescaleManager]:
     """One coordinator's services over the metadata store in `path` (a new one per call: a restart)."""
     store = OrderedStore(SqliteMetadataStore(path / "metadata.db"))
     membership = Membership(session_timeout=60)
@@ -84,7 +87,7 @@ async def coordinator(path: Path, tablets: Tablets) -> tuple[MetadataService, Re
     node = pb.PbServerNode(node_id=0, host="127.0.0.1", port=9123)
     controller = Controller(store, membership, ConnectionPool(connect_timeout=0.2), 0, node)
     controller.pool = tablets  # type: ignore[assignment]
-    service = MetadataService(store, Configuration(), membership, controller, node)
+    service = MetadataService(store, config, membership, controller, node)
     manager = RescaleManager(store, membership, controller, service.tables_metadata, 4096)
     service.rescale = manager
     await service.ensure_default_database()
@@ -104,15 +107,20 @@ def alter_request(*changes: tuple[str, str | None]) -> pb.AlterTableRequest:
     return request
 
 
-def test_a_failed_rescale_is_finished_by_the_next_coordinator(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lake", [None, "paimon"])
+def test_a_failed_rescale_is_finished_by_the_next_coordinator(tmp_path: Path, lake: str | None) -> None:
+    """With a cluster lake format every table carries `table.datalake.format`, and its clients hash
+    keys the lake's way even while the table is not lake-enabled: the rescale must too."""
+    config = Configuration({"datalake.format": lake} if lake else {})
+    bucket_of = bucket_function_for(lake)
     rows = {b: {} for b in range(2)}  # type: dict[int, dict[bytes, bytes]]
     for i in range(300):
         key = KEYS.encode([i])
-        rows[fluss_bucket(key, 2)][key] = f"row{i}".encode()
-    tablets = Tablets(rows)
+        rows[bucket_of(key, 2)][key] = f"row{i}".encode()
+    tablets = Tablets(rows, bucket_of)
 
     async def main() -> None:
-        service, manager = await coordinator(tmp_path, tablets)
+        service, manager = await coordinator(tmp_path, tablets, config)
         create = pb.CreateTableRequest(
             table_json=json.dumps(TableDescriptor(SCHEMA, bucket_count=2).to_json()).encode()
         )
@@ -131,13 +139,13 @@ def test_a_failed_rescale_is_finished_by_the_next_coordinator(tmp_path: Path) ->
 
         # a new coordinator over the same store finds the task and finishes it
         tablets.fail_on_delete = False
-        service, manager = await coordinator(tmp_path, tablets)
+        service, manager = await coordinator(tmp_path, tablets, config)
         with pytest.raises(InvalidAlterTableError, match="being rescaled already"):
             await service.alter_table(alter_request(("bucket.num", "8")), None)
         done = await manager.finish(record.table_id)
         assert done.state is RescaleState.DONE and manager.unfinished() == []
         moving = sum(
-            1 for i in range(300) if fluss_bucket(KEYS.encode([i]), 6) != fluss_bucket(KEYS.encode([i]), 2)
+            1 for i in range(300) if bucket_of(KEYS.encode([i]), 6) != bucket_of(KEYS.encode([i]), 2)
         )
         assert done.moved_rows == moving and set(done.cuts) == {"-/0", "-/1"}
         record = service.store.get_table("fluss", "t")
@@ -149,7 +157,7 @@ def test_a_failed_rescale_is_finished_by_the_next_coordinator(tmp_path: Path) ->
     asyncio.run(main())
     placed = {k: b for b, bucket in tablets.rows.items() for k in bucket}
     assert len(placed) == 300 and sum(len(b) for b in tablets.rows.values()) == 300  # none twice
-    assert all(fluss_bucket(k, 6) == b for k, b in placed.items())
+    assert all(bucket_of(k, 6) == b for k, b in placed.items())
 
 
 def test_task_states_and_record() -> None:

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from strom.common.config import TABLE_DATALAKE_FORMAT
 from strom.common.errors import FlussError, InvalidAlterTableError, UnknownServerError
 from strom.common.lake_enablement import table_lake_enabled
 from strom.common.rescale import FROM_PROPERTY, SEALED_PROPERTY
 from strom.common.supervision import spawn
 from strom.common.table_descriptor import TableDescriptor
-from strom.record.columnar_keys import fluss_buckets
+from strom.record.columnar_keys import key_bytes_buckets
 from strom.record.kv_batch import KvRecordBatch, build_kv_batch
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import strom_internal_pb2 as internal
@@ -315,7 +316,7 @@ class RescaleManager:
             rows = [(k, v) for k, v in batch.records if v is not None]
             leaving[(a.partition_id, a.bucket_id)] = [(k, None) for k, _ in rows]
             if rows:
-                targets = fluss_buckets_of([k for k, _ in rows], task.to_count)
+                targets = key_buckets([k for k, _ in rows], task.to_count, descriptor)
                 for (key, value), target in zip(rows, targets, strict=True):
                     arriving[(a.partition_id, target)].append((key, value))
         # 2. into their new buckets, 3. out of the old ones
@@ -405,7 +406,9 @@ class RescaleManager:
         )
 
 
-def fluss_buckets_of(keys: list[bytes], count: int) -> list[int]:
-    """The bucket of each encoded key under `count` (Fluss's default bucketing, the Flink-variant
-    murmur; rescaled tables use the default bucket key and no lake format)."""
-    return [int(b) for b in fluss_buckets(pa.array(keys, pa.binary()), count)]
+def key_buckets(keys: list[bytes], count: int, descriptor: TableDescriptor) -> list[int]:
+    """The bucket of each encoded key under `count`: murmur(key) % count with the hash the table's
+    clients use (Fluss's Flink-variant murmur, or the one of its `table.datalake.format`); rescaled
+    primary-key tables have the default bucket key, so the key bytes are what is hashed."""
+    lake = descriptor.properties.get(TABLE_DATALAKE_FORMAT.key)
+    return [int(b) for b in key_bytes_buckets(pa.array(keys, pa.binary()), count, lake)]

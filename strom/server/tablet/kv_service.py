@@ -35,7 +35,7 @@ from strom.common.errors import (
 )
 from strom.common.rescale import refuse_if_sealed, stale_routing, was_rescaled
 from strom.common.table_bucket import TableBucket
-from strom.record.columnar_keys import fluss_buckets, iceberg_buckets, paimon_buckets
+from strom.record.columnar_keys import key_bytes_buckets
 from strom.record.kv_batch import KV_SCHEMA_ID_OFFSET, KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -76,10 +76,7 @@ def _check_lookup_routing(replica: Replica, keys: list[bytes]) -> None:
     refuse_if_sealed(info, "a lookup")
     if not keys or not was_rescaled(info.descriptor) or replica.bucket.bucket < 0:
         return
-    lake = None if info.datalake_format is None else str(info.datalake_format)
-    # the table may have turned lake-enabled since: hash as its clients do (KeyRouting)
-    hashes = paimon_buckets if lake == "paimon" else iceberg_buckets if lake == "iceberg" else fluss_buckets
-    buckets = hashes(pa.array(keys, pa.binary()), info.bucket_count)
+    buckets = key_bytes_buckets(pa.array(keys, pa.binary()), info.bucket_count, info.datalake_format)
     wrong = np.flatnonzero(buckets != replica.bucket.bucket)
     if len(wrong):
         raise stale_routing(info, replica.bucket.bucket, int(buckets[wrong[0]]))

@@ -17,7 +17,7 @@ import pyarrow as pa
 from strom.common.errors import RequestTimeoutError, UnknownTableOrBucketError
 from strom.common.rescale import is_sealed
 from strom.common.table_bucket import TableBucket
-from strom.record.columnar_keys import fluss_buckets
+from strom.record.columnar_keys import key_bytes_buckets
 from strom.record.kv_batch import build_kv_batch
 from strom.rpc.gen import strom_internal_pb2 as internal
 from strom.rpc.server import RequestContext
@@ -92,17 +92,18 @@ class RescaleService:
             rows = list(kv.items())
             if not rows:
                 return None
-            buckets = fluss_buckets(pa.array([k for k, _ in rows], pa.binary()), count)
+            keys = pa.array([k for k, _ in rows], pa.binary())
+            buckets = key_bytes_buckets(keys, count, info.datalake_format)
             leaving = np.flatnonzero(buckets != bucket)
             if not len(leaving):
                 return None
-            keys = [rows[i][0] for i in leaving]
+            moving = [rows[i][0] for i in leaving]
             values = kv._upgrade([rows[i][1] for i in leaving])  # in the current schema
             # stored values start with their int16 schema id; a KvRecordBatch carries it once
             batch = build_kv_batch(
-                [(k, v[2:]) for k, v in zip(keys, values, strict=True)], schema_id=schema_id
+                [(k, v[2:]) for k, v in zip(moving, values, strict=True)], schema_id=schema_id
             )
-            return batch, len(keys)
+            return batch, len(moving)
 
         found = await asyncio.get_running_loop().run_in_executor(None, leaving_rows)
         if found is not None:
