@@ -11,8 +11,12 @@ refused with UNKNOWN_TABLE_OR_BUCKET (21, retriable), and nothing it sent lands 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -248,3 +252,85 @@ def test_partitioned_table_rescales_every_partition_and_later_ones(shared_cluste
         ]
 
     run(shared_cluster, body)
+
+
+@pytest.mark.long
+def test_a_coordinator_killed_mid_rescale_is_followed_by_one_that_finishes_it(tmp_path: Path) -> None:
+    """SIGKILL of the coordinator while a 2 -> 6 rescale moves 60,000 rows (the state-machine unit test
+    is the lean sibling): the next coordinator resumes the stored task, and every key ends up found, in
+    the bucket it hashes to."""
+    n = 60_000
+    cluster = Cluster(tmp_path, tablet_servers=2).start()
+    log_file = tmp_path / "logs" / "coordinator-0.log"
+    try:
+        path = TablePath("fluss", "big")
+
+        async def prepare() -> int:
+            async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+                schema = Schema.from_arrow_schema(PK_SCHEMA, ["id"])
+                await conn.get_admin().create_table(path, TableDescriptor(schema, bucket_count=2))
+                table = await conn.get_table(path)
+                async with table.new_upsert().create_writer() as writer:
+                    for i in range(n):
+                        writer.upsert({"id": i, "name": f"n{i}"})
+                return table.info.table_id
+
+        table_id = asyncio.run(prepare())
+        alter = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "strom",
+                "table",
+                "alter",
+                str(path),
+                "--set",
+                "bucket.num=6",
+                "--bootstrap",
+                cluster.bootstrap,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while "from 2 to 6 buckets: sealed" not in log_file.read_text():
+            assert time.monotonic() < deadline, "the rescale did not start"
+            time.sleep(0.02)
+        cluster.restart_coordinator(kill=True)  # rows are moving now (it takes seconds)
+        alter.wait(60)
+
+        async def check() -> None:
+            async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+                deadline = time.monotonic() + 90
+                while True:
+                    try:
+                        status = await conn.get_admin().describe_cluster()
+                    except errors.FlussError as e:  # the new coordinator is not active yet
+                        assert e.retriable and time.monotonic() < deadline, e
+                        await asyncio.sleep(0.5)
+                        continue
+                    [shown] = [t for t in status.tables if t.table_id == table_id]
+                    if shown.rescale is not None and "DONE" in shown.rescale:
+                        break
+                    assert time.monotonic() < deadline, f"not finished: {shown.rescale}"
+                    await asyncio.sleep(0.5)
+                table = await conn.get_table(path)
+                found = await table.new_lookup().create_lookuper().lookup_many([(i,) for i in range(n)])
+                state: dict[int, set[int]] = {b: set() for b in range(6)}
+                for bucket, _, kind, row in await read_buckets(table, list(range(6))):
+                    (state[bucket].add if kind in ("+I", "+U") else state[bucket].discard)(row["id"])
+                assert sum(1 for r in found if r is None) == 0
+                assert all(bucket_of(k, 6) == b for b, keys in state.items() for k in keys)
+                assert sum(len(keys) for keys in state.values()) == n
+
+        for _ in range(60):  # until the restarted coordinator is active
+            try:
+                asyncio.run(check())
+                break
+            except errors.LeaderNotAvailableError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError("the restarted coordinator never became active")
+        assert "resuming the rescale of table" in log_file.read_text()
+    finally:
+        cluster.stop()

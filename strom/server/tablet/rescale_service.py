@@ -86,10 +86,7 @@ class RescaleService:
         bucket = replica.bucket.bucket
         schema_id = info.schema_id
 
-        def leaving_rows() -> tuple[bytes, int] | None:
-            # a scan of the whole bucket: off the event loop (the bucket is sealed, and exports are
-            # taken before the coordinator writes anything, so nothing changes it meanwhile)
-            rows = list(kv.items())
+        def leaving_rows(rows: list[tuple[bytes, bytes]]) -> tuple[bytes, int] | None:
             if not rows:
                 return None
             keys = pa.array([k for k, _ in rows], pa.binary())
@@ -105,7 +102,16 @@ class RescaleService:
             )
             return batch, len(moving)
 
-        found = await asyncio.get_running_loop().run_in_executor(None, leaving_rows)
+        if kv.is_pending:
+            # rows held in memory: read them here, on the loop, where the background creation of
+            # the tablet's database (attach_db) would otherwise move them away mid-scan
+            found = leaving_rows(kv.all_items())
+        else:
+            # a scan of the whole database: off the loop (the bucket is sealed, and exports are taken
+            # before the coordinator writes anything, so nothing changes it meanwhile)
+            found = await asyncio.get_running_loop().run_in_executor(
+                None, lambda: leaving_rows(kv.all_items())
+            )
         if found is not None:
             response.records, response.record_count = found
         return response

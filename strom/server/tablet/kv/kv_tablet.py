@@ -664,6 +664,14 @@ class KvTablet:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
         return self._upgrade(values)
 
+    def all_items(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, stored value) in key order, read at once. With its database the tablet may be
+        read so on an executor thread (the flush guard makes a close wait for it); a pending tablet
+        only on its owner thread, where `attach_db` moves its rows away."""
+        with self._flush_guard:
+            self._check_usable()
+            return list(self._bytes_items())
+
     def items(self) -> Iterable[tuple[bytes, bytes]]:
         """Every (key, stored value) in key order (tests, tools)."""
         self._check_usable()
