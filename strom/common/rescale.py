@@ -19,6 +19,8 @@ from strom.common.table_descriptor import TableDescriptor, TableInfo
 
 SEALED_PROPERTY = "strom.rescale.sealed"
 FROM_PROPERTY = "strom.rescale.from"
+# only the coordinator's rescale sets these: a user-set seal would refuse every write forever
+RESERVED_PREFIX = "strom.rescale."
 
 
 def is_sealed(descriptor: TableDescriptor) -> bool:

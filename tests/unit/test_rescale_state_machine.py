@@ -201,3 +201,5 @@ def test_alter_table_asks_for_a_rescale_alone() -> None:
         alter("t", descriptor, alter_request(("bucket.num", "six")))
     with pytest.raises(InvalidAlterTableError, match=r"'bucket\.key'"):
         alter("t", descriptor, alter_request(("bucket.key", "name")))
+    with pytest.raises(InvalidAlterTableError, match="kept by bucket rescales"):
+        alter("t", descriptor, alter_request(("strom.rescale.sealed", "false")))

@@ -21,6 +21,7 @@ from strom.common.errors import (
     DatabaseNotEmptyError,
     DatabaseNotExistError,
     InvalidAlterTableError,
+    InvalidConfigError,
     InvalidDatabaseError,
     InvalidTableError,
     PartitionAlreadyExistsError,
@@ -34,6 +35,7 @@ from strom.common.errors import (
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
 from strom.common.partition import parse_partition_name, validate_partition_spec
+from strom.common.rescale import RESERVED_PREFIX
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import (
     DEFAULT_DATABASE_NAME,
@@ -249,6 +251,11 @@ class MetadataService:
         path = table_path_of(request.table_path)
         self._database(path.database_name)
         descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
+        reserved = sorted(k for k in descriptor.custom_properties if k.startswith(RESERVED_PREFIX))
+        if reserved:
+            raise InvalidConfigError(
+                f"Custom properties {reserved} are kept by bucket rescales and cannot be set at creation."
+            )
         self._check_table_kind_allowed(descriptor)
         validate_table_descriptor(
             descriptor,

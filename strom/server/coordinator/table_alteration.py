@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from strom.common import config as cfg
 from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET, COLUMN_POSITION_LAST
 from strom.common.errors import InvalidAlterTableError
+from strom.common.rescale import RESERVED_PREFIX
 from strom.common.schema import Column, Schema, assign_field_ids
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.types import DataType
@@ -78,6 +79,11 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
         key = change.config_key
         if key == cfg.BUCKET_NUM.key:
             continue
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidAlterTableError(
+                f"The property '{key}' of table '{table}' is kept by bucket rescales; set 'bucket.num' "
+                "instead."
+            )
         if key == cfg.BUCKET_KEY.key:
             raise InvalidAlterTableError(
                 f"The option '{key}' is not supported to alter yet: table '{table}' keeps the bucket key it "
