@@ -79,6 +79,8 @@ class TableStatus:
     bucket_count: int
     buckets: list[BucketStatus]
     lake: LakeStatus | None
+    # the table's bucket rescale ("2 -> 6 buckets: SEALED" while rows move), None if it never had one
+    rescale: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +279,7 @@ def build_cluster_status(
                 bucket_count=t.bucket_count,
                 buckets=buckets,
                 lake=_lake_status(lakes.get(t.table_id), buckets, now_ms) if t.lake_enabled else None,
+                rescale=t.rescale if t.HasField("rescale") else None,
             )
         )
     names = {t.table_id: f"{t.database}.{t.name}" for t in cluster.tables}

@@ -91,6 +91,16 @@ def print_status(cluster: ClusterStatus) -> None:
             )
     console.print(buckets)
 
+    rescaled = [t for t in cluster.tables if t.rescale is not None]
+    if rescaled:
+        rescales = Table(title="Bucket rescales")
+        for column in ("table", "rescale"):
+            rescales.add_column(column)
+        for t in rescaled:
+            sealed = "SEALED" in (t.rescale or "")
+            rescales.add_row(f"{t.database}.{t.name}", f"[yellow]{t.rescale}[/]" if sealed else t.rescale)
+        console.print(rescales)
+
     lake_tables = [t for t in cluster.tables if t.lake is not None]
     if lake_tables:
         lake = Table(title="Lake")

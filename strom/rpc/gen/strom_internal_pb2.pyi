@@ -153,20 +153,22 @@ class StatusServerTag(_message.Message):
     def __init__(self, server_id: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
 
 class StatusTable(_message.Message):
-    __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count")
+    __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count", "rescale")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     DATABASE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_KEY_FIELD_NUMBER: _ClassVar[int]
     LAKE_ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESCALE_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     database: str
     name: str
     primary_key: bool
     lake_enabled: bool
     bucket_count: int
-    def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ...) -> None: ...
+    rescale: str
+    def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ..., rescale: _Optional[str] = ...) -> None: ...
 
 class StatusBucket(_message.Message):
     __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id", "elr")
@@ -349,3 +351,29 @@ class PbOfflineReplica(_message.Message):
 class ReportOfflineReplicasResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RescaleBucketRequest(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id", "bucket_count", "action", "records")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    bucket_count: int
+    action: int
+    records: bytes
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., bucket_count: _Optional[int] = ..., action: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class RescaleBucketResponse(_message.Message):
+    __slots__ = ("log_end_offset", "records", "record_count")
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    log_end_offset: int
+    records: bytes
+    record_count: int
+    def __init__(self, log_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...

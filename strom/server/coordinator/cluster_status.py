@@ -42,6 +42,9 @@ async def describe_cluster(
             lake_enabled=lake_enabled,
             bucket_count=descriptor.bucket_count or 0,
         )
+        rescale = coordinator.rescale.task(table.table_id)
+        if rescale is not None:
+            response.tables[-1].rescale = rescale.describe()
         partition_names.update((p.partition_id, p.name) for p in store.list_partitions(table.table_id))
         latest = coordinator.lake.latest(table.table_id) if lake_enabled else None
         if latest is not None:

@@ -94,6 +94,8 @@ class Replica:
     schema_history: dict[int, Schema] = field(default_factory=dict)
     _arrow_schema: pa.Schema | None = None
     _batch_check: BatchCheck | None = None
+    # (table info, bucketer, Arrow schema) of a rescaled log table (tablet/rescale_routing.py)
+    rescale_routing: tuple[Any, Any, pa.Schema] | None = None
 
     def is_leader(self, server_id: int) -> bool:
         return self.leader == server_id
