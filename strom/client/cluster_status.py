@@ -58,6 +58,8 @@ class LakeOffset:
     partition_id: int | None
     bucket: int
     offset: int
+    # the log end a last-resort or unclean election left, below `offset`: the lake is ahead of the log
+    lake_ahead_log_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +323,12 @@ def build_cluster_status(
 
 def _lake_status(lake: internal.StatusLake | None, buckets: list[BucketStatus], now_ms: int) -> LakeStatus:
     offsets = [
-        LakeOffset(o.partition_id if o.HasField("partition_id") else None, o.bucket_id, o.offset)
+        LakeOffset(
+            o.partition_id if o.HasField("partition_id") else None,
+            o.bucket_id,
+            o.offset,
+            o.lake_ahead_log_end if o.HasField("lake_ahead_log_end") else None,
+        )
         for o in (lake.offsets if lake is not None else ())
     ]
     tiered = {(o.partition_id, o.bucket): o.offset for o in offsets}

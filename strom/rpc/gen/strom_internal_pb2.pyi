@@ -207,14 +207,16 @@ class StatusLake(_message.Message):
     def __init__(self, table_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., committed_time: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[StatusOffset, _Mapping]]] = ...) -> None: ...
 
 class StatusOffset(_message.Message):
-    __slots__ = ("partition_id", "bucket_id", "offset")
+    __slots__ = ("partition_id", "bucket_id", "offset", "lake_ahead_log_end")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAKE_AHEAD_LOG_END_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     bucket_id: int
     offset: int
-    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    lake_ahead_log_end: int
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ..., lake_ahead_log_end: _Optional[int] = ...) -> None: ...
 
 class StatusTiering(_message.Message):
     __slots__ = ("table_id", "state", "tiering_epoch", "heartbeat_age_ms", "job", "last_heartbeat_ms")
