@@ -64,9 +64,12 @@ class LeaderEpochCache:
         for newest in reversed(pending):
             found = _parse(newest)
             if found is not None:
-                log.info("%s: leader epochs from %s, written before an unclean stop", directory, newest.name)
-                os.replace(newest, path)
-                entries = found
+                log.info("%s: leader epochs from %s, not yet in place", directory, newest.name)
+                try:
+                    os.replace(newest, path)
+                    entries = found
+                except FileNotFoundError:
+                    entries = _read(path)  # this process's writer thread renamed it just now
                 break
         for leftover in pending:
             leftover.unlink(missing_ok=True)
