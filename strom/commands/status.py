@@ -64,6 +64,22 @@ def print_status(cluster: ClusterStatus) -> None:
         )
     console.print(servers)
 
+    disks = [(s, d) for s in cluster.servers for d in s.data_dirs]
+    if disks:
+        dirs = Table(title="Data directories")
+        for column in ("server", "directory", "replicas", "used", "free", "state"):
+            dirs.add_column(column)
+        for s, d in disks:
+            if d.offline is not None:
+                state = f"[red]offline ({d.offline})[/]"
+            elif d.write_locked:
+                state = "[red]write-locked (disk full)[/]"
+            else:
+                state = "[green]ok[/]"
+            free = "-" if d.free_bytes is None else f"{d.free_bytes / 2**30:.1f} GiB"
+            dirs.add_row(str(s.id), d.path, str(d.replicas), f"{d.usage_ratio:.1%}", free, state)
+        console.print(dirs)
+
     buckets = Table(title="Buckets")
     for column in (
         "table", "partition", "bucket", "leader", "replicas", "isr", "elr", "log start", "log end",
