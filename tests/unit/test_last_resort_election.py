@@ -183,3 +183,26 @@ def test_a_leader_whose_log_ends_below_the_lake_holds_tiering(tmp_path: Path) ->
             await _close(controller, servers)
 
     asyncio.run(main())
+
+
+def test_status_shows_the_lake_ahead_of_the_log(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from strom.client.cluster_status import build_cluster_status
+    from strom.commands.status import print_status
+
+    cluster = internal.DescribeClusterResponse(coordinator_epoch=1)
+    cluster.tables.add(
+        table_id=TABLE, database="db", name="t", primary_key=False, lake_enabled=True, bucket_count=1
+    )
+    cluster.buckets.add(table_id=TABLE, bucket_id=0, replicas=[1, 2], leader=2, leader_epoch=4, isr=[2])
+    lake = cluster.lakes.add(table_id=TABLE, snapshot_id=11, committed_time=1)
+    lake.offsets.add(bucket_id=0, offset=50, lake_ahead_log_end=40)
+    cluster.tiering.add(table_id=TABLE, state="held", tiering_epoch=3)
+    status = build_cluster_status(cluster, [], {}, None, now_ms=2)
+    (offset,) = status.tables[0].lake.offsets  # type: ignore[union-attr]
+    assert (offset.offset, offset.lake_ahead_log_end) == (50, 40)
+    monkeypatch.setenv("COLUMNS", "250")  # one line per row
+    print_status(status)
+    out = capsys.readouterr().out
+    assert "lake ahead of log (log end 40)" in out and "held" in out
