@@ -75,6 +75,8 @@ class ApiKey(enum.IntEnum):
     DROP_KV_SNAPSHOT_LEASE = 1058
     GET_TABLE_STATS = 1059
     ALTER_DATABASE = 1060
+    SCAN_KV = 1061
+    GET_CLUSTER_HEALTH = 1062
     LIST_REMOTE_LOG_MANIFESTS = 1063
     LIST_KV_SNAPSHOTS = 1064
     # Strom-only: tablet-server membership, which Fluss keeps in ZooKeeper ephemeral nodes.

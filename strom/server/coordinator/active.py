@@ -31,6 +31,7 @@ from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_increment_service import AutoIncrementService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.cluster_configs import ClusterConfigService
+from strom.server.coordinator.cluster_health import get_cluster_health
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
@@ -90,6 +91,8 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.LIST_ACLS: lambda c: c.acls.list_acls,
     ApiKey.DROP_ACLS: lambda c: c.acls.drop_acls,
     ApiKey.DESCRIBE_CLUSTER: lambda c: functools.partial(describe_cluster, c),
+    ApiKey.GET_CLUSTER_HEALTH: lambda c: functools.partial(get_cluster_health, c),
+    ApiKey.ALTER_DATABASE: lambda c: c.metadata.alter_database,
     ApiKey.ADD_SERVER_TAG: lambda c: c.rebalance.add_server_tag,
     ApiKey.REMOVE_SERVER_TAG: lambda c: c.rebalance.remove_server_tag,
     ApiKey.REBALANCE: lambda c: c.rebalance.rebalance,

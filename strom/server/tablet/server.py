@@ -57,6 +57,7 @@ from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.data_dirs import DataDirs, OfflineDirError, configured_paths
 from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.scanners import ScannerManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
@@ -90,6 +91,7 @@ FORWARDED_TO_COORDINATOR = (
     ApiKey.GET_LAKE_SNAPSHOT,
     ApiKey.GET_LATEST_KV_SNAPSHOTS,
     ApiKey.GET_KV_SNAPSHOT_METADATA,
+    ApiKey.GET_CLUSTER_HEALTH,
 )
 
 
@@ -114,6 +116,7 @@ _BUCKET_DATA_APIS = frozenset(
         ApiKey.PREFIX_LOOKUP,
         ApiKey.LIMIT_SCAN,
         ApiKey.GET_TABLE_STATS,
+        ApiKey.SCAN_KV,
     }
 )
 
@@ -219,6 +222,7 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
             historical=HistoricalLookup(dict(self.config)),
+            scanners=ScannerManager(self.config),
         )
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
@@ -268,6 +272,7 @@ class TabletServer:
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
                 ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
+                ApiKey.SCAN_KV: self.kv_service.scan_kv,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
@@ -353,6 +358,8 @@ class TabletServer:
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
         self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
         supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        if self.kv_service.scanners is not None:
+            supervise(self.kv_service.scanners.run_expiry, name="kv-scanner-expiry", tasks=self._tasks)
         supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
         supervise(self._disk_usage_loop, name="disk-usage", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
