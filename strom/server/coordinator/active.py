@@ -189,6 +189,7 @@ class ActiveCoordinator:
         self.auto_partitions = AutoPartitionManager(self.metadata)
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake: LakeService = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
+        self.controller.on_truncating_election = self.lake.check_truncation
         self.metadata.on_table_created = self._table_created
         if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table

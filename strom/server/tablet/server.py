@@ -1023,7 +1023,9 @@ class TabletServer:
                 "DescribeReplicas with on_disk is served only on the internal listener or to an internal "
                 f"principal, not to {ctx.session.principal}"
             )
-        response = describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+        response = describe_replicas(
+            self.server_id, list(self.replica_manager.replicas.values()), self.data_dirs.dirs
+        )
         for entry in request.on_disk:
             partition = entry.partition_id if entry.HasField("partition_id") else None
             bucket = TableBucket(entry.table_id, partition, entry.bucket_id)

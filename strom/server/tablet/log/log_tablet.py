@@ -822,6 +822,7 @@ class LogTablet:
         self._writers.map_end_offset = self.log_end_offset
         self._writers.take_snapshot(sync=True)
         self._write_checkpoints(sync=True)
+        self.leader_epochs.sync()
         for segment in self._segments:
             segment.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
