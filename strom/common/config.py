@@ -460,7 +460,16 @@ SECURITY_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     str,
     None,
     "PEM file of the CA certificates this server trusts when it connects to the internal listener of "
-    "other servers over SSL or SASL_SSL (the system's CAs when unset).",
+    "other servers over SSL or SASL_SSL (the system's CAs when unset), and, with "
+    "security.ssl.client.auth, the CAs of the client certificates it accepts.",
+)
+SECURITY_SSL_CLIENT_AUTH: ConfigOption[str] = ConfigOption(
+    "security.ssl.client.auth",
+    str,
+    "none",
+    "Client certificates on SSL and SASL_SSL listeners (mutual TLS): none; requested (verified against "
+    "security.ssl.truststore.location when a client presents one); required (a connection without a "
+    "certificate signed by a trusted CA is refused). Servers present their own key store to each other.",
 )
 SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     "security.sasl.enabled.mechanisms",
@@ -714,6 +723,14 @@ AUTO_PARTITION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=10),
     "How often the coordinator creates upcoming and drops expired auto partitions.",
 )
+SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
+    "server.historical-partition.lookup-cache.max-rows",
+    int,
+    1_000_000,
+    "(Strom) How many lake rows a tablet server keeps in memory for lookups of expired partitions "
+    "(whole buckets as of one lake snapshot, least recently used evicted first); 0 turns the cache off. "
+    "Fluss caches them on disk instead (server.historical-partition.lookup-cache.max-disk-ratio).",
+)
 LOG_SEGMENT_FILE_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "log.segment.file-size", MemorySize, MemorySize(1 << 30), "Size at which a log segment is rolled."
 )
@@ -809,6 +826,36 @@ KV_SNAPSHOT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta,
     timedelta(minutes=10),
     "How often each kv tablet uploads a snapshot of its RocksDB state.",
+)
+KV_SCANNER_TTL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.ttl",
+    timedelta,
+    timedelta(minutes=10),
+    "Idle time after which a ScanKv scanner session is closed and its RocksDB snapshot released.",
+)
+KV_SCANNER_EXPIRATION_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.expiration-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often idle ScanKv scanner sessions are looked for and closed.",
+)
+KV_SCANNER_MAX_PER_BUCKET: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-bucket",
+    int,
+    8,
+    "Most ScanKv scanner sessions open at once on one bucket (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_PER_SERVER: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-server",
+    int,
+    200,
+    "Most ScanKv scanner sessions open at once on one tablet server (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.scanner.max-batch-size",
+    MemorySize,
+    MemorySize(10 << 20),
+    "Cap on the bytes of one ScanKv answer: min(the request's batch_size_bytes, this).",
 )
 KV_SNAPSHOT_NUM_RETAINED: ConfigOption[int] = ConfigOption(
     "kv.snapshot.num-retained", int, 2, "Completed kv snapshots kept per bucket (>= 1)."
@@ -974,6 +1021,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         SECURITY_SSL_KEYSTORE_LOCATION,
         SECURITY_SSL_KEY_PASSWORD,
         SECURITY_SSL_TRUSTSTORE_LOCATION,
+        SECURITY_SSL_CLIENT_AUTH,
         AUTHORIZER_ENABLED,
         SUPER_USERS,
         AUTHORIZER_ACL_REFRESH_INTERVAL,
@@ -1009,6 +1057,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         ALLOW_CREATE_LOG_TABLES,
         ALLOW_CREATE_KV_TABLES,
         AUTO_PARTITION_CHECK_INTERVAL,
+        SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS,
         LOG_SEGMENT_FILE_SIZE,
         LOG_INDEX_FILE_SIZE,
         LOG_INDEX_INTERVAL_SIZE,
@@ -1028,6 +1077,11 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS,
         REMOTE_FS_WRITE_BUFFER_SIZE,
         KV_SNAPSHOT_INTERVAL,
+        KV_SCANNER_TTL,
+        KV_SCANNER_EXPIRATION_INTERVAL,
+        KV_SCANNER_MAX_PER_BUCKET,
+        KV_SCANNER_MAX_PER_SERVER,
+        KV_SCANNER_MAX_BATCH_SIZE,
         KV_SNAPSHOT_NUM_RETAINED,
         KV_ROCKSDB_BLOCK_CACHE_SIZE,
         KV_ROCKSDB_SHARED_MEMORY_WRITE_BUFFER_SIZE,
@@ -1501,6 +1555,19 @@ CLIENT_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     "With SSL or SASL_SSL: PEM file of the CA certificates the client trusts (the system's CAs when "
     "unset). A server's certificate must also name the host the client connects to.",
 )
+CLIENT_SSL_KEYSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.keystore.location",
+    str,
+    None,
+    "With SSL or SASL_SSL: PEM file holding the client's private key and certificate chain, presented "
+    "to servers that ask for client certificates (security.ssl.client.auth).",
+)
+CLIENT_SSL_KEY_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.key.password",
+    str,
+    None,
+    "Password of the private key in client.security.ssl.keystore.location, when it is encrypted.",
+)
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
 )
@@ -1552,6 +1619,8 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         CLIENT_LOOKUP_MAX_RETRIES,
         CLIENT_SECURITY_PROTOCOL,
         CLIENT_SSL_TRUSTSTORE_LOCATION,
+        CLIENT_SSL_KEYSTORE_LOCATION,
+        CLIENT_SSL_KEY_PASSWORD,
         CLIENT_SASL_MECHANISM,
         CLIENT_SASL_JAAS_CONFIG,
         CLIENT_SASL_USERNAME,
@@ -1582,16 +1651,16 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 
 # ----------------------------------------------------------------------------------- connector options
 # Fluss's connectors take a table's bucket count and bucket key as options of CREATE TABLE (Flink's
-# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties, and
-# cannot change: AlterTable refuses them, as Fluss's Flink catalog does, rather than keeping them as
-# custom properties that change nothing.
+# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties. The
+# bucket key cannot change: AlterTable refuses it, as Fluss's Flink catalog does. Setting 'bucket.num'
+# rescales the table online (Strom only; docs/operations.md, "Rescaling buckets").
 
 BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
     "bucket.num",
     int,
     None,
-    "Number of buckets, fixed at creation (the cluster's default.bucket.number when unset); AlterTable "
-    "refuses it.",
+    "Number of buckets (the cluster's default.bucket.number when unset at creation); AlterTable setting "
+    "it alone rescales the table online to more buckets.",
 )
 BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",

@@ -15,11 +15,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from strom.common import config as options
+from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET
 from strom.common.config import Configuration
 from strom.common.errors import (
     DatabaseAlreadyExistError,
     DatabaseNotEmptyError,
     DatabaseNotExistError,
+    InvalidAlterTableError,
+    InvalidConfigError,
     InvalidDatabaseError,
     InvalidTableError,
     PartitionAlreadyExistsError,
@@ -32,7 +35,8 @@ from strom.common.errors import (
 )
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
-from strom.common.partition import parse_partition_name, validate_partition_spec
+from strom.common.partition import parse_partition_name, validate_auto_partition_time, validate_partition_spec
+from strom.common.rescale import RESERVED_PREFIX
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import (
     DEFAULT_DATABASE_NAME,
@@ -45,6 +49,7 @@ from strom.rpc.server import RequestContext
 from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.rescale import RescaleManager, RescaleTask
 from strom.server.coordinator.table_alteration import alter
 from strom.server.coordinator.table_lake_options import table_lake_options, with_lake_options
 from strom.server.coordinator.table_validation import (
@@ -98,6 +103,8 @@ class MetadataService:
         self.placement_candidates: Callable[[], list[int]] = membership.live_ids
         # called after AlterTable stored a table's new descriptor (old descriptor, new record)
         self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
+        # online bucket rescales (AlterTable of bucket.num), set by the active coordinator
+        self.rescale: RescaleManager | None = None
         controller.table_metadata = self.tables_metadata
         # DDL checks a name, then writes: store writes await the store's thread, so two requests for one
         # name could both pass the check. One DDL at a time keeps check and write together.
@@ -188,6 +195,48 @@ class MetadataService:
         log.info("dropped database %s (%d tables)", name, len(tables))
         return pb.DropDatabaseResponse()
 
+    async def alter_database(self, request: pb.AlterDatabaseRequest, ctx: object) -> pb.AlterDatabaseResponse:
+        """AlterDatabase (Fluss 1.0, 1060): SET / DELETE custom properties and set the comment (an
+        empty comment removes it). Nothing is stored when nothing changes."""
+        name = request.database_name
+        set_props: dict[str, str] = {}
+        reset: set[str] = set()
+        for change in request.config_changes:
+            if change.op_type == ALTER_CONFIG_SET:
+                if not change.HasField("config_value"):
+                    raise InvalidConfigError(f"Setting property '{change.config_key}' needs a value.")
+                set_props[change.config_key] = change.config_value
+                reset.discard(change.config_key)
+            elif change.op_type == ALTER_CONFIG_DELETE:
+                reset.add(change.config_key)
+                set_props.pop(change.config_key, None)
+            else:
+                raise InvalidConfigError(
+                    f"Unsupported alter database configs op type {change.op_type} (databases take SET "
+                    "and DELETE)."
+                )
+        async with self._ddl_lock:
+            record = self.store.get_database(name)
+            if record is None:
+                if request.ignore_if_not_exists:
+                    return pb.AlterDatabaseResponse()
+                raise DatabaseNotExistError(f"Database '{name}' does not exist.")
+            current = DatabaseDescriptor.from_json_bytes(record.database_json)
+            properties = {
+                k: v for k, v in {**current.custom_properties, **set_props}.items() if k not in reset
+            }
+            comment = current.comment
+            if request.HasField("comment"):
+                comment = request.comment or None
+            if properties == current.custom_properties and comment == current.comment:
+                return pb.AlterDatabaseResponse()
+            altered = DatabaseDescriptor(comment=comment, custom_properties=properties)
+            await self.store.update_database(
+                DatabaseRecord(name, altered.to_json_bytes(), record.created_time, now_ms())
+            )
+        log.info("altered database %s", name)
+        return pb.AlterDatabaseResponse()
+
     async def list_databases(self, request: pb.ListDatabasesRequest, ctx: object) -> pb.ListDatabasesResponse:
         response = pb.ListDatabasesResponse()
         records = self.store.list_databases()
@@ -245,6 +294,11 @@ class MetadataService:
         path = table_path_of(request.table_path)
         self._database(path.database_name)
         descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
+        reserved = sorted(k for k in descriptor.custom_properties if k.startswith(RESERVED_PREFIX))
+        if reserved:
+            raise InvalidConfigError(
+                f"Custom properties {reserved} are kept by bucket rescales and cannot be set at creation."
+            )
         self._check_table_kind_allowed(descriptor)
         validate_table_descriptor(
             descriptor,
@@ -337,9 +391,16 @@ class MetadataService:
         # writes; another in between would be overwritten, its schema left behind under a schema id
         # the table no longer has (and the next AddColumn refused for that id).
         async with self._ddl_lock:
-            return await self._alter_table(request)
+            response = await self._alter_table(request)
+        if isinstance(response, RescaleTask):
+            # the table is sealed and the task stored: the move runs outside the DDL lock
+            assert self.rescale is not None
+            task = await self.rescale.finish(response.table_id)
+            log.info("rescale of table id %d: %s", task.table_id, task.describe())
+            return pb.AlterTableResponse()
+        return response
 
-    async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse:
+    async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse | RescaleTask:
         path = table_path_of(request.table_path)
         record = self.store.get_table(path.database_name, path.table_name)
         if record is None:
@@ -348,6 +409,10 @@ class MetadataService:
             raise TableNotExistError(f"Table '{path}' does not exist.")
         old = self._descriptor(record)
         alteration = alter(str(path), old, request)
+        if alteration.rescale_to is not None:
+            if self.rescale is None:
+                raise InvalidAlterTableError(f"Table '{path}' keeps its bucket count: rescaling is off.")
+            return await self.rescale.begin(record, old, alteration.rescale_to)
         new = alteration.descriptor
         validate_table_descriptor(
             new, self.config.get(options.MAX_BUCKET_NUM), cluster_lake_format(self.config)
@@ -438,6 +503,7 @@ class MetadataService:
         record, descriptor = self._partitioned_table(path)
         spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
         name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, True))
+        validate_auto_partition_time(path, descriptor.partition_keys, spec, descriptor.properties)
         async with self._ddl_lock:
             if self.store.get_partition(record.table_id, name) is not None:
                 if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message

@@ -1,4 +1,5 @@
-"""The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup and LimitScan on PK tables.
+"""The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup, LimitScan and ScanKv on PK
+tables.
 
 PutKv merges each bucket's KvRecordBatch in the bucket's KV tablet and appends the resulting changelog
 to the bucket's log (the write-ahead log of the KV state); RocksDB gets the rows once the changelog is
@@ -18,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import numpy as np
+import pyarrow as pa
+
 from strom.common.errors import (
     CorruptRecordError,
     FlussError,
     InvalidRequiredAcksError,
+    InvalidScanRequestError,
     InvalidTableError,
     LakeStorageNotConfiguredError,
     NonPrimaryKeyTableError,
@@ -30,7 +35,9 @@ from strom.common.errors import (
     UnknownServerError,
     UnsupportedVersionError,
 )
+from strom.common.rescale import refuse_if_sealed, stale_routing, was_rescaled
 from strom.common.table_bucket import TableBucket
+from strom.record.columnar_keys import key_bytes_buckets
 from strom.record.kv_batch import KV_SCHEMA_ID_OFFSET, KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -40,6 +47,7 @@ from strom.server.tablet.kv.auto_increment import AllocateIds
 from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
+from strom.server.tablet.kv.scanners import ScannerManager, ScanPage
 from strom.server.tablet.log.log_tablet import AppendResult
 from strom.server.tablet.log_service import (
     LogService,
@@ -64,6 +72,19 @@ def _set_error(target: object, error: FlussError) -> None:
     target.error_message = error.message  # type: ignore[attr-defined]
 
 
+def _check_lookup_routing(replica: Replica, keys: list[bytes]) -> None:
+    """After a rescale, a lookup routed by the old bucket count would miss its key silently: refuse
+    it retriably instead (rescaled tables use the default bucket key, so the key bytes are hashed)."""
+    info = replica.table_info
+    refuse_if_sealed(info, "a lookup")
+    if not keys or not was_rescaled(info.descriptor) or replica.bucket.bucket < 0:
+        return
+    buckets = key_bytes_buckets(pa.array(keys, pa.binary()), info.bucket_count, info.datalake_format)
+    wrong = np.flatnonzero(buckets != replica.bucket.bucket)
+    if len(wrong):
+        raise stale_routing(info, replica.bucket.bucket, int(buckets[wrong[0]]))
+
+
 def _unexpected(bucket: TableBucket, what: str, e: Exception) -> FlussError:
     log.exception("%s on %s failed", what, bucket)
     return UnknownServerError(f"{what} on {bucket} failed: {type(e).__name__}: {e}")
@@ -78,8 +99,11 @@ class KvService:
         min_in_sync_replicas: int = 1,
         allocate_ids: AllocateIds | None = None,
         historical: HistoricalLookup | None = None,
+        scanners: ScannerManager | None = None,
     ) -> None:
         self.replicas = replicas
+        # ScanKv sessions (None: ScanKv is refused)
+        self.scanners = scanners
         # lookups of expired partitions, read from the lake (None: refused)
         self.historical = historical
         # where auto-increment id ranges come from (the coordinator)
@@ -180,10 +204,20 @@ class KvService:
         return response
 
     async def _append(
-        self, replica: Replica, kv: KvTablet, records: bytes, target_columns: list[int] | None
+        self,
+        replica: Replica,
+        kv: KvTablet,
+        records: bytes,
+        target_columns: list[int] | None,
+        *,
+        rescaling: bool = False,
     ) -> AppendResult:
-        """Merge one bucket's KvRecordBatch and append its changelog (committed at once when alone)."""
+        """Merge one bucket's KvRecordBatch and append its changelog (committed at once when alone).
+        Only the rescale's own moves (`rescaling`) write to a sealed table."""
         async with self.kv.lock(replica.bucket):
+            if not rescaling:
+                # under the lock: a rescale's export takes it too, so no write lands behind it
+                refuse_if_sealed(replica.table_info, "a write")
             await self._reserve_auto_increment_ids(kv, records)
             # No await from here: the merge, the append and the staging see one state.
             # A leader alone in the ISR commits on append: its writes go to RocksDB at once.
@@ -229,6 +263,7 @@ class KvService:
                 result.original_partition_name = entry.original_partition_name
             try:
                 replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                _check_lookup_routing(replica, list(entry.keys))
                 if entry.HasField("original_partition_name"):
                     await self._historical_values(request, replica, entry, result)
                     continue
@@ -316,7 +351,8 @@ class KvService:
             if entry.HasField("partition_id"):
                 result.partition_id = entry.partition_id
             try:
-                _, kv = await self._leader_kv(bucket, ctx.api_version)
+                replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                refuse_if_sealed(replica.table_info, "a prefix lookup")
                 for values in kv.prefix_lookup(list(entry.keys)):
                     result.value_lists.add(values=values)
             except FlussError as e:
@@ -379,6 +415,83 @@ class KvService:
         except Exception as e:
             _set_error(response, _unexpected(bucket, "LimitScan", e))
         return response
+
+    async def scan_kv(self, request: pb.ScanKvRequest, ctx: RequestContext) -> pb.ScanKvResponse:
+        """ScanKv (1061): a page of a consistent full scan of a primary-key bucket (scanners.py)."""
+        response = pb.ScanKvResponse()
+        try:
+            page = await self._scan_page(request, ctx)
+        except FlussError as e:
+            _set_error(response, e)
+            return response
+        except Exception as e:
+            log.exception("ScanKv failed")
+            _set_error(response, UnknownServerError(f"ScanKv failed: {type(e).__name__}: {e}"))
+            return response
+        if page.scanner_id is not None:
+            response.scanner_id = page.scanner_id
+        response.has_more_results = page.has_more
+        if page.values:
+            response.records = build_value_batch(page.values)
+        if page.log_offset is not None:
+            response.log_offset = page.log_offset
+        return response
+
+    async def _scan_page(self, request: pb.ScanKvRequest, ctx: RequestContext) -> ScanPage:
+        scanners = self.scanners
+        if scanners is None:
+            raise InvalidScanRequestError("ScanKv is not enabled on this tablet server")
+        opening = request.HasField("bucket_scan_req")
+        continuing = request.HasField("scanner_id")
+        closing = request.HasField("close_scanner") and request.close_scanner
+        # the request's shape first, as Fluss: a malformed request never opens a snapshot
+        if opening and continuing:
+            raise InvalidScanRequestError("ScanKvRequest must not set both bucket_scan_req and scanner_id.")
+        if opening and closing:
+            raise InvalidScanRequestError(
+                "ScanKvRequest must not set close_scanner together with bucket_scan_req."
+            )
+        if not opening and not continuing:
+            raise InvalidScanRequestError(
+                "ScanKvRequest must have either bucket_scan_req (new scan) or scanner_id (continuation)."
+            )
+        if closing:
+            scanners.close(request.scanner_id, ctx.session.principal)
+            return ScanPage(request.scanner_id, [], False, None)
+        if not request.HasField("batch_size_bytes"):
+            raise InvalidScanRequestError("batch_size_bytes is required for data-fetching scan requests.")
+        if request.batch_size_bytes <= 0:
+            raise InvalidScanRequestError("batch_size_bytes must be greater than 0.")
+        if not request.HasField("call_seq_id"):
+            raise InvalidScanRequestError(
+                "call_seq_id is required for ScanKV requests to ensure in-order processing."
+            )
+        if continuing:
+            scanner_bucket = scanners.bucket_of(request.scanner_id)
+            is_leader = scanner_bucket is None or self._leads(scanner_bucket)
+            return await scanners.continue_scan(
+                request.scanner_id,
+                request.batch_size_bytes,
+                request.call_seq_id,
+                is_leader,
+                ctx.session.principal,
+            )
+        req = request.bucket_scan_req
+        bucket = TableBucket(
+            req.table_id, req.partition_id if req.HasField("partition_id") else None, req.bucket_id
+        )
+        _, kv = await self._leader_kv(bucket, ctx.api_version)
+        limit = req.limit if req.HasField("limit") else None
+        return await scanners.open(
+            bucket, kv, limit, request.batch_size_bytes, request.call_seq_id, ctx.session.principal
+        )
+
+    def _leads(self, bucket: TableBucket) -> bool:
+        try:
+            self.replicas.leader_replica(bucket)
+        except FlussError:
+            return False
+        return True
 
 
 def _append_order(ctx: RequestContext) -> asyncio.Lock:

@@ -31,19 +31,20 @@ from strom.common.errors import (
     StorageError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
+from strom.common.rescale import refuse_if_sealed
 from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.batch_statistics import parse_statistics, statistics_may_match
 from strom.record.log_batch import (
-    LOG_MAGIC_V1,
-    SCHEMA_ID_OFFSET,
-    V1_HEADER_SIZE,
+    LOG_MAGIC_V2,
+    MAGIC_OFFSET,
     LogBatchHeader,
     iter_batches,
     read_header,
     records_offset,
+    schema_id_offset,
 )
 from strom.record.schema_evolution import evolve_arrow_batch
 from strom.rpc.encoded import EncodedResponse
@@ -54,6 +55,7 @@ from strom.server.tablet.fetch_response import encode_fetch_response
 from strom.server.tablet.log.log_tablet import AppendResult, wait_durable
 from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
+from strom.server.tablet.rescale_routing import check_log_routing
 
 log = logging.getLogger(__name__)
 _SCHEMA_ID = struct.Struct("<h")
@@ -80,6 +82,14 @@ def first_schema_id(records: bytes | memoryview, offset: int) -> int:
     if len(records) < offset + _SCHEMA_ID.size:
         return -1
     return int(_SCHEMA_ID.unpack_from(records, offset)[0])
+
+
+def _first_log_schema_id(records: bytes | memoryview) -> int:
+    """The schema id of the first log batch of `records`, wherever its magic puts it (-1: unknown)."""
+    if len(records) <= MAGIC_OFFSET:
+        return -1
+    magic = records[MAGIC_OFFSET]
+    return first_schema_id(records, schema_id_offset(magic)) if magic <= LOG_MAGIC_V2 else -1
 
 
 def _set_error(target: object, error: FlussError) -> None:
@@ -174,7 +184,7 @@ class LogService:
         views = _records_views(ctx.body, len(request.buckets_req))
         newest = max(
             (
-                first_schema_id(views[i] if views is not None else e.records, SCHEMA_ID_OFFSET)
+                _first_log_schema_id(views[i] if views is not None else e.records)
                 for i, e in enumerate(request.buckets_req)
             ),
             default=-1,
@@ -193,6 +203,9 @@ class LogService:
                         f"table '{replica.database}.{replica.table}' has a primary key: write it with "
                         "upserts (PutKv), not appends (ProduceLog)"
                     )
+                # No await from the seal check to the append: a rescale's cut comes after every batch
+                # that passed it (tablet/rescale_service.py).
+                refuse_if_sealed(replica.table_info, "an append")
                 tablet = replica.log_tablet()
                 if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                     raise NotEnoughReplicasError(
@@ -201,6 +214,7 @@ class LogService:
                     )
                 # reading the field would copy the bytes out of the message (once per access)
                 records = views[i] if views is not None else entry.records
+                check_log_routing(replica, records)
                 appended = tablet.append_as_leader(records, replica.batch_check())
                 if self.traffic is not None:
                     self.traffic.produced(
@@ -356,7 +370,7 @@ class LogService:
                 buf = records
                 if (
                     plan.batch_filter is not None
-                    and header.magic == LOG_MAGIC_V1
+                    and header.has_statistics_field
                     and header.schema_id == current_schema  # positions are the current schema's
                     and not self._statistics_may_match(plan, records, pos, header)
                 ):
@@ -388,13 +402,13 @@ class LogService:
 
     @staticmethod
     def _statistics_may_match(plan: _TableRead, records: bytes, pos: int, header: LogBatchHeader) -> bool:
-        """Whether a V1 batch's statistics leave room for a row matching the fetch's filter (stored
+        """Whether a V1 or V2 batch's statistics leave room for a row matching the fetch's filter (stored
         batches were validated on append, so a block that fails to parse now only means: unsure)."""
         assert plan.batch_filter is not None
         try:
             start = records_offset(records, pos, header)
             stats = parse_statistics(
-                records, pos + V1_HEADER_SIZE, start, header.record_count, plan.arrow_schema
+                records, pos + header.header_size, start, header.record_count, plan.arrow_schema
             )
         except CorruptRecordError:
             return True

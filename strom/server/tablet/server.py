@@ -57,6 +57,7 @@ from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
 from strom.server.tablet.data_dirs import DataDirs, OfflineDirError, configured_paths
 from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.scanners import ScannerManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
@@ -69,6 +70,7 @@ from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 from strom.server.tablet.replica_status import describe_log_on_disk, describe_replicas
+from strom.server.tablet.rescale_service import RescaleService
 from strom.server.tablet.schema_history import load_schema_history
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ FORWARDED_TO_COORDINATOR = (
     ApiKey.GET_LAKE_SNAPSHOT,
     ApiKey.GET_LATEST_KV_SNAPSHOTS,
     ApiKey.GET_KV_SNAPSHOT_METADATA,
+    ApiKey.GET_CLUSTER_HEALTH,
 )
 
 
@@ -114,6 +117,8 @@ _BUCKET_DATA_APIS = frozenset(
         ApiKey.PREFIX_LOOKUP,
         ApiKey.LIMIT_SCAN,
         ApiKey.GET_TABLE_STATS,
+        ApiKey.RESCALE_BUCKET,
+        ApiKey.SCAN_KV,
     }
 )
 
@@ -219,7 +224,9 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
             historical=HistoricalLookup(dict(self.config)),
+            scanners=ScannerManager(self.config),
         )
+        self.rescale_service = RescaleService(self.replica_manager, self.kv_service)
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
         self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
@@ -268,12 +275,14 @@ class TabletServer:
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
                 ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
+                ApiKey.SCAN_KV: self.kv_service.scan_kv,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
                 ApiKey.GET_METADATA: self._metadata,
                 ApiKey.LIST_ACLS: self._list_acls,
                 ApiKey.DESCRIBE_REPLICAS: self._describe_replicas,
+                ApiKey.RESCALE_BUCKET: self.rescale_service.rescale_bucket,
             }
         )
         limits = RpcLimits.from_config(self.config)
@@ -353,6 +362,8 @@ class TabletServer:
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
         self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
         supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        if self.kv_service.scanners is not None:
+            supervise(self.kv_service.scanners.run_expiry, name="kv-scanner-expiry", tasks=self._tasks)
         supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
         supervise(self._disk_usage_loop, name="disk-usage", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
@@ -1012,7 +1023,9 @@ class TabletServer:
                 "DescribeReplicas with on_disk is served only on the internal listener or to an internal "
                 f"principal, not to {ctx.session.principal}"
             )
-        response = describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+        response = describe_replicas(
+            self.server_id, list(self.replica_manager.replicas.values()), self.data_dirs.dirs
+        )
         for entry in request.on_disk:
             partition = entry.partition_id if entry.HasField("partition_id") else None
             bucket = TableBucket(entry.table_id, partition, entry.bucket_id)
