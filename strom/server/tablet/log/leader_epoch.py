@@ -56,11 +56,15 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED
 
-    def assign(self, epoch: int, start_offset: int) -> bool:
+    def assign(self, epoch: int, start_offset: int, *, sync_later: list[Path] | None = None) -> bool:
         """Record that `epoch` starts at `start_offset`; an epoch already known keeps its start.
 
         Entries that the new one contradicts (a later epoch, or a start at or after this one) go, so
         both columns stay strictly increasing. Returns whether anything changed.
+
+        `sync_later`: when the cache held no entry (a new replica: a torn write would lose nothing),
+        the file is written without its fsync and its path (and its directory's) is added there for
+        the caller to sync, together with other replicas' files (replica_opener.py).
         """
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
@@ -77,8 +81,11 @@ class LeaderEpochCache:
                 start_offset,
                 [(e.epoch, e.start_offset) for e in self._entries if e not in kept],
             )
+        deferred = sync_later is not None and not self._entries
         self._entries = [*kept, EpochEntry(epoch, start_offset)]
-        self._flush()
+        self._flush(sync=not deferred)
+        if deferred and sync_later is not None:
+            sync_later += [self.path, self.path.parent]
         return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -121,13 +128,14 @@ class LeaderEpochCache:
             self._entries = []
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self, *, sync: bool = True) -> None:
         lines = [_VERSION, str(len(self._entries)), *(f"{e.epoch} {e.start_offset}" for e in self._entries)]
         tmp = self.path.with_name(self.path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, ("\n".join(lines) + "\n").encode())
-            os.fsync(fd)  # rare (leader changes), and a lost entry would weaken truncation
+            if sync:
+                os.fsync(fd)  # rare (leader changes), and a lost entry would weaken truncation
         finally:
             os.close(fd)
         os.replace(tmp, self.path)

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import os
 import struct
+import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
@@ -162,6 +163,12 @@ class LogTablet:
         # log.flush.interval-messages: the fsync submitted last, the offset it covers, its generation
         self._interval_flush: tuple[int, int, Future[None]] | None = None
         self._closed = False
+        # The high-watermark checkpoint is also written from a thread (`write_high_watermark_checkpoint`,
+        # the periodic one): each writer takes this lock and writes the value current at that moment,
+        # so the file never goes back to an older value; the value last written is remembered, so the
+        # periodic pass skips tablets whose high watermark did not move.
+        self._hw_file_lock = threading.Lock()
+        self._checkpointed_hw = -1
         # which leader term wrote which offsets (KIP-101); truncation after a leader change uses it
         self.leader_epochs = LeaderEpochCache.load(directory)
 
@@ -181,6 +188,10 @@ class LogTablet:
         hw_checkpoint = read_offset_checkpoint(directory / HIGH_WATERMARK_FILE)
 
         segments = cls._load_segments(directory, config, clean, recovery_point)
+        # a log with nothing on disk yet: its checkpoints and writer snapshot would say what their
+        # absence says (offset 0, no writers), so they are not written (a server taking 2,048 new
+        # buckets spent a third of their opening time on these five files)
+        new = not segments and not start_checkpoint
         if not segments:
             segments = [LogSegment.create(directory, start_checkpoint or 0, config)]
         # From here on a crash must look unclean: the marker goes before anything is written.
@@ -198,9 +209,10 @@ class LogTablet:
         tablet.leader_epochs.truncate_from_end(leo)  # epochs of a cut tail are gone with it
         tablet.leader_epochs.truncate_from_start(tablet.log_start_offset)
         tablet._rebuild_writer_state(leo)
-        writers.delete_snapshots_below(first_base)
-        writers.take_snapshot()
-        tablet._write_checkpoints(sync=False)
+        if not new:
+            writers.delete_snapshots_below(first_base)
+            writers.take_snapshot()
+            tablet._write_checkpoints(sync=False)
         return tablet
 
     @staticmethod
@@ -305,9 +317,28 @@ class LogTablet:
         return self.high_watermark
 
     def checkpoint_high_watermark(self, *, sync: bool = False) -> None:
-        """Persist the high watermark (the replica calls this periodically)."""
+        """Persist the high watermark now, on the caller's thread."""
         self._poll_flushes()
-        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+        self._write_high_watermark(sync=sync)
+
+    @property
+    def high_watermark_checkpointed(self) -> bool:
+        """Whether the checkpoint file holds the current high watermark (as this tablet last wrote it)."""
+        return self._checkpointed_hw == self.high_watermark
+
+    def write_high_watermark_checkpoint(self) -> None:
+        """The periodic checkpoint, safe to call from another thread than the tablet's owner: the file
+        replacement is blocking disk work (a rename each; thousands of tablets held a server's event
+        loop for seconds every interval). A closed tablet is left alone: close() wrote its last one."""
+        self._write_high_watermark(sync=False)
+
+    def _write_high_watermark(self, *, sync: bool) -> None:
+        with self._hw_file_lock:
+            if self._closed:
+                return
+            value = self.high_watermark
+            write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, value, sync=sync)
+            self._checkpointed_hw = value
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -769,9 +800,16 @@ class LogTablet:
 
     # ---- durability ------------------------------------------------------------------------
 
+    def poll_flushes(self) -> None:
+        """Take the background fsyncs that finished (the periodic checkpoint pass calls it, so an idle
+        log's recovery point advances too)."""
+        self._poll_flushes()
+
     def _poll_flushes(self) -> None:
         """Advance the recovery point past rolled segments whose background fsync finished."""
         pending = self._pending_flushes
+        if not pending:
+            return
         advanced = False
         while pending and pending[0][2].done():
             generation, offset, future = pending.pop(0)
@@ -807,7 +845,7 @@ class LogTablet:
     def _write_checkpoints(self, *, sync: bool) -> None:
         write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.recovery_point, sync=sync)
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset, sync=sync)
-        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+        self._write_high_watermark(sync=sync)
 
     def close(self) -> None:
         """Flush, snapshot the writer state, checkpoint, and mark the shutdown clean."""
@@ -835,7 +873,8 @@ class LogTablet:
             return
         for segment in self._segments:
             segment.close()
-        self._closed = True
+        with self._hw_file_lock:  # a periodic checkpoint under way ends before the files go
+            self._closed = True
 
     def _check_open(self) -> None:
         if self._closed:
