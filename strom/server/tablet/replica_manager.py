@@ -9,7 +9,7 @@ import logging
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from strom.server.tablet.durable_file import write_file_durably
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
 from strom.server.tablet.log.log_tablet import LogTablet
-from strom.server.tablet.replica_opener import ReplicaOpener
+from strom.server.tablet.replica_opener import ReplicaOpener, fsync_all
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +405,7 @@ class ReplicaManager:
                     _ensure_replica_meta(
                         directory / "replica.json", bucket, database, table, partition_name, sync_later
                     )
-                    tablet = LogTablet.open(directory / "log", config)
+                    tablet = LogTablet.open(directory / "log", config, sync_later=sync_later)
                     try:
                         sync_later.append(tablet.directory)  # its new files' entries
                         if leader == self.server_id:
@@ -609,9 +609,30 @@ class ReplicaManager:
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
+        """Close every replica's log (blocking: run it in an executor). The logs close together, step
+        by step (`LogTablet.closing`), each step's fsyncs in parallel: one log after another, 2,048
+        replicas' ~8 fsyncs each outlasted the 15 s a stop is given, and the next start found them
+        unclean."""
+        steps: list[tuple[Replica, Iterator[list[Path]]]] = []
         for replica in self.replicas.values():
+            if replica.log is not None:
+                steps.append((replica, replica.log.closing()))
+        while steps:
+            written: list[Path] = []
+            going: list[tuple[Replica, Iterator[list[Path]]]] = []
+            for replica, step in steps:
+                try:
+                    written += next(step)
+                    going.append((replica, step))
+                except StopIteration:
+                    replica.log = None
+                except Exception:
+                    log.exception("closing %s failed", replica.bucket)
             try:
-                replica.close()
-            except Exception:
-                log.exception("closing %s failed", replica.bucket)
+                fsync_all(written)
+            except OSError:
+                # none of them may go on to its next step (the clean-shutdown marker would lie)
+                log.exception("closing the logs failed: their files could not be synced")
+                break
+            steps = going
         self.replicas.clear()

@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,9 +176,17 @@ class LogTablet:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig, *, now_ms: Callable[[], int] = _wall_clock_ms
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: Callable[[], int] = _wall_clock_ms,
+        sync_later: list[Path] | None = None,
     ) -> LogTablet:
-        """Load (and if needed recover) the log in `directory`, creating it when absent."""
+        """Load (and if needed recover) the log in `directory`, creating it when absent.
+
+        `sync_later`: the removal of the clean-shutdown marker is not synced here; the directory is
+        added there, and the caller syncs it before it appends anything (replica_opener.py)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         clean_marker = directory / CLEAN_SHUTDOWN_FILE
@@ -197,7 +205,10 @@ class LogTablet:
         # From here on a crash must look unclean: the marker goes before anything is written.
         if clean:
             clean_marker.unlink()
-            fsync_path(directory)
+            if sync_later is None:
+                fsync_path(directory)
+            else:
+                sync_later.append(directory)
 
         writers = WriterStateManager(directory, config.writer_expiration_ms)
         tablet = cls(directory, config, now_ms, segments, writers)
@@ -865,6 +876,32 @@ class LogTablet:
             os.close(fd)
         fsync_path(self.directory)
         self._closed = True
+
+    def closing(self) -> Iterator[list[Path]]:
+        """close() in steps, for closing many logs together (ReplicaManager.close): each step yields
+        the files it wrote, which the caller fsyncs (with the other logs' files, in parallel) before
+        asking for the next step. The order is close()'s: the data, then the checkpoints that say it
+        is durable, then the clean-shutdown marker, each only once the step before it is on disk."""
+        if self._closed:
+            return
+        self._wait_for_flushes()
+        active = self._segments[-1]
+        active.persist_indexes()
+        yield [active.path, active.offset_index_path, active.time_index_path, self.directory]
+        self.recovery_point = self.log_end_offset
+        self._writers.map_end_offset = self.log_end_offset
+        snapshot = self._writers.take_snapshot()
+        self._write_checkpoints(sync=False)
+        written = [self.directory / name for name in (RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE)]
+        written += [self.directory / HIGH_WATERMARK_FILE, self.directory]
+        yield written if snapshot is None else [snapshot, *written]
+        for segment in self._segments:
+            segment.close()
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        yield [marker, self.directory]
+        with self._hw_file_lock:
+            self._closed = True
 
     def release(self) -> None:
         """Close the files without flushing, checkpointing or marking a clean shutdown: for a log that
