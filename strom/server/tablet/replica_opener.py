@@ -31,24 +31,28 @@ log = logging.getLogger(__name__)
 # replicas per executor job, and jobs under way at once
 BATCH_SIZE = 128
 CONCURRENT_BATCHES = 4
-# fsyncs in flight at once: they wait on the disk, not on the GIL
+# file operations (fsyncs, a batch's opens) in flight at once: they wait on the disk, not on the GIL
 SYNC_THREADS = 32
 
 _sync_pool: ThreadPoolExecutor | None = None
 _sync_pool_lock = threading.Lock()
 
 
+def _pool() -> ThreadPoolExecutor:
+    global _sync_pool
+    with _sync_pool_lock:
+        if _sync_pool is None:
+            _sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="replica-files")
+        return _sync_pool
+
+
 def fsync_all(paths: list[Path]) -> None:
     """fsync every path (files and directories), many at once; raises the first failure. The files
     go first, then the directories that name them, so that a crash in the middle leaves no entry
     naming a file whose data is not on the disk."""
-    global _sync_pool
     if not paths:
         return
-    with _sync_pool_lock:
-        if _sync_pool is None:
-            _sync_pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="replica-sync")
-        pool = _sync_pool
+    pool = _pool()
     unique = list(dict.fromkeys(paths))
     files = [p for p in unique if not p.is_dir()]
     directories = [p for p in unique if p.is_dir()]
@@ -122,13 +126,18 @@ class ReplicaOpener(Generic[T]):
 
 def _open_batch(batch: list[_Open[T]]) -> list[tuple[bool, T | BaseException]]:
     """Every work of the batch, then one parallel sync of what they wrote."""
-    outcomes: list[tuple[bool, T | BaseException]] = []
-    paths: list[Path] = []
-    for item in batch:
+    # the works themselves run side by side too: an existing replica's open still syncs its leader
+    # epoch file and renames checkpoints, waits on the disk that overlap
+    written: list[list[Path]] = [[] for _ in batch]
+
+    def run(i: int) -> tuple[bool, T | BaseException]:
         try:
-            outcomes.append((True, item.work(paths)))
+            return True, batch[i].work(written[i])
         except Exception as e:
-            outcomes.append((False, e))
+            return False, e
+
+    outcomes = list(_pool().map(run, range(len(batch))))
+    paths = [p for w in written for p in w]
     try:
         fsync_all(paths)
     except OSError as e:
