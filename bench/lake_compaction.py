@@ -1,5 +1,5 @@
 """Lake compaction (`table.datalake.auto-compaction`): a 4-bucket log table tiered in many small rounds
-into Iceberg, Lance and Delta Lake, then compacted by the committers' `compact`. Per format: the data
+into Iceberg, Lance and Delta Lake, then compacted by the committers' `compact_buckets`. Per format: the data
 files of the latest snapshot and a full scan's time with the format's own reader, after compaction
 against before it (in the same run, on the same table).
 
@@ -92,8 +92,8 @@ def measure(lake_format: str, rounds: int, rows_per_bucket: int, runs: int) -> R
         before = median_of(runs, timed)
         committer = storage.committer(info)
         started = time.perf_counter()
-        for bucket in range(BUCKETS):  # as the tiering service calls it: once per split of the round
-            committer.compact(bucket)
+        # as the tiering service calls it after a round: every bucket the round wrote
+        committer.compact_buckets([(bucket, None) for bucket in range(BUCKETS)])
         compact_ms = (time.perf_counter() - started) * 1000
         _, files_after = scan(storage, info)
         after = median_of(runs, timed)

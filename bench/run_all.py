@@ -23,6 +23,7 @@ BENCHMARKS = [
     "lookup",
     "tiering",
     "lake_compaction",
+    "historical_lookup",
     "spark_read",
     "spark_sql",
     "loop_stalls",

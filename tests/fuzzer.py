@@ -239,6 +239,17 @@ def templates(t: Target) -> dict[ApiKey, Callable[[], Message]]:
         ),
         ApiKey.DROP_KV_SNAPSHOT_LEASE: lambda: pb.DropKvSnapshotLeaseRequest(lease_id="fuzz-lease"),
         ApiKey.DESCRIBE_CLUSTER_CONFIGS: lambda: pb.DescribeClusterConfigsRequest(),
+        ApiKey.SCAN_KV: lambda: pb.ScanKvRequest(
+            bucket_scan_req=pb.PbScanReqForBucket(table_id=t.pk_table_id, bucket_id=0, limit=5),
+            call_seq_id=0,
+            batch_size_bytes=1024,
+        ),
+        ApiKey.GET_CLUSTER_HEALTH: lambda: pb.GetClusterHealthRequest(),
+        ApiKey.ALTER_DATABASE: lambda: pb.AlterDatabaseRequest(
+            database_name=t.scratch_database,
+            ignore_if_not_exists=True,
+            config_changes=[pb.PbAlterConfig(config_key="fuzz", config_value="1", op_type=0)],
+        ),
         # a key that is not dynamic: refused, whatever the mutations make of the value
         ApiKey.ALTER_CLUSTER_CONFIGS: lambda: pb.AlterClusterConfigsRequest(
             alter_configs=[pb.PbAlterConfig(config_key="table.log.ttl", config_value="1h", op_type=0)]

@@ -37,6 +37,9 @@ async def wait_until_listed(coordinator: ServerProcess, server: ServerProcess, t
 TEST_CONFIG = {
     "tablet-server.heartbeat.interval": "200ms",
     "tablet-server.session.timeout": "2s",
+    # the machine's disk is shared with other runs: its usage must not refuse unrelated tests' writes
+    # (tests/cluster/test_data_disks.py sets the ratios on disks of its own)
+    "server.data-disk.write-limit-ratio": "1.0",
 }
 
 

@@ -116,6 +116,21 @@ class TableStats:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterHealth:
+    """GetClusterHealth: `status` is GREEN, YELLOW (replicas out of sync), RED (buckets without an
+    active leader) or UNKNOWN, with Fluss's counts."""
+
+    status: str
+    num_replicas: int
+    in_sync_replicas: int
+    num_leader_replicas: int
+    active_leader_replicas: int
+
+
+_HEALTH_STATUS = {0: "GREEN", 1: "YELLOW", 2: "RED", 3: "UNKNOWN"}
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerOffsets:
     """What RegisterProducerOffsets stored for one producer, and when it expires (epoch millis)."""
 
@@ -199,6 +214,28 @@ class Admin:
         except ValueError as e:
             raise UnknownServerError(f"Unreadable descriptor of database '{database_name}': {e}") from e
         return DatabaseInfo(database_name, descriptor, response.created_time, response.modified_time)
+
+    async def alter_database(
+        self,
+        database_name: str,
+        changes: Iterable[AlterConfig] = (),
+        comment: str | None = None,
+        ignore_if_not_exists: bool = False,
+    ) -> None:
+        """Set (value) or reset (value None) custom properties of a database, and set its comment
+        (an empty comment removes it)."""
+        request = pb.AlterDatabaseRequest(
+            database_name=database_name, ignore_if_not_exists=ignore_if_not_exists
+        )
+        for change in changes:
+            entry = request.config_changes.add(
+                config_key=change.key, op_type=1 if change.value is None else 0
+            )
+            if change.value is not None:
+                entry.config_value = change.value
+        if comment is not None:
+            request.comment = comment
+        await self._call(ApiKey.ALTER_DATABASE, request, read_only=False)
 
     # ------------------------------------------------------------------ tables
 
@@ -685,6 +722,17 @@ class Admin:
             if change.value is not None:
                 entry.config_value = change.value
         await self._call(ApiKey.ALTER_CLUSTER_CONFIGS, request, read_only=False)
+
+    async def get_cluster_health(self) -> ClusterHealth:
+        """The coordinator's GetClusterHealth: one status for the whole cluster, with its counts."""
+        r = await self._call(ApiKey.GET_CLUSTER_HEALTH, pb.GetClusterHealthRequest(), read_only=True)
+        return ClusterHealth(
+            _HEALTH_STATUS.get(r.status, "UNKNOWN"),
+            r.num_replicas,
+            r.in_sync_replicas,
+            r.num_leader_replicas,
+            r.active_leader_replicas,
+        )
 
     # ------------------------------------------------------------------ producer offsets (1.0)
 

@@ -81,6 +81,8 @@ _OPTIONS: dict[str, ConfigOption[Any]] = {
     "security_sasl_username": cfg.CLIENT_SASL_USERNAME,
     "security_sasl_password": cfg.CLIENT_SASL_PASSWORD,
     "security_ssl_truststore_location": cfg.CLIENT_SSL_TRUSTSTORE_LOCATION,
+    "security_ssl_keystore_location": cfg.CLIENT_SSL_KEYSTORE_LOCATION,
+    "security_ssl_key_password": cfg.CLIENT_SSL_KEY_PASSWORD,
     "filesystem_security_token_renewal_backoff": cfg.CLIENT_FS_TOKEN_RENEWAL_BACKOFF,
     "filesystem_security_token_renewal_time_ratio": cfg.CLIENT_FS_TOKEN_RENEWAL_TIME_RATIO,
     "metrics_enabled": cfg.CLIENT_METRICS_ENABLED,
@@ -231,6 +233,8 @@ class ClientConfig:
     security_sasl_username: str | None = None
     security_sasl_password: str | None = field(default=None, repr=False)
     security_ssl_truststore_location: str | None = None
+    security_ssl_keystore_location: str | None = None
+    security_ssl_key_password: str | None = field(default=None, repr=False)
     filesystem_security_token_renewal_backoff: timedelta = timedelta(hours=1)
     filesystem_security_token_renewal_time_ratio: float = 0.75
     metrics_enabled: bool = False
@@ -322,9 +326,12 @@ class ClientConfig:
         if not self.is_tls_enabled:
             return None
         try:
-            return client_context(
-                TlsFiles(truststore=self.security_ssl_truststore_location), "client.security.ssl"
+            files = TlsFiles(
+                self.security_ssl_keystore_location,
+                self.security_ssl_key_password,
+                self.security_ssl_truststore_location,
             )
+            return client_context(files, "client.security.ssl")
         except InvalidConfigError as e:
             raise ClientConfigError(str(e)) from None
 

@@ -44,7 +44,10 @@ def _filter_options(command: Any) -> Any:
             click.option("--operation", type=click.Choice(_OPERATIONS, case_sensitive=False)),
             click.option("--host", "acl_host", help="The client host the ACL applies to ('*' for any)."),
             click.option("--resource-type", type=click.Choice(_RESOURCE_TYPES, case_sensitive=False)),
-            click.option("--resource-name", help="A database name, or database.table for a table."),
+            click.option(
+                "--resource-name",
+                help="A database name, database.table for a table, a Kafka consumer group's id for a group.",
+            ),
         ]
     ):
         command = option(command)

@@ -460,7 +460,16 @@ SECURITY_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     str,
     None,
     "PEM file of the CA certificates this server trusts when it connects to the internal listener of "
-    "other servers over SSL or SASL_SSL (the system's CAs when unset).",
+    "other servers over SSL or SASL_SSL (the system's CAs when unset), and, with "
+    "security.ssl.client.auth, the CAs of the client certificates it accepts.",
+)
+SECURITY_SSL_CLIENT_AUTH: ConfigOption[str] = ConfigOption(
+    "security.ssl.client.auth",
+    str,
+    "none",
+    "Client certificates on SSL and SASL_SSL listeners (mutual TLS): none; requested (verified against "
+    "security.ssl.truststore.location when a client presents one); required (a connection without a "
+    "certificate signed by a trusted CA is refused). Servers present their own key store to each other.",
 )
 SECURITY_SASL_ENABLED_MECHANISMS: ConfigOption[list[str]] = ConfigOption(
     "security.sasl.enabled.mechanisms",
@@ -509,6 +518,40 @@ DATA_DIR: ConfigOption[str] = ConfigOption(
     "Local directory holding log segments, kv data and checkpoints (the coordinator's metadata file "
     "without ZooKeeper); --data-dir overrides it.",
 )
+DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
+    "data.dirs",
+    list,
+    [],
+    "Local directories of a tablet server, comma-separated (one per disk); takes precedence over data.dir "
+    "and over --data-dir, which stands for data.dir (as in Fluss). Each "
+    "replica (its log and kv data) lives in one of them: a new replica goes to the one holding the fewest "
+    "replicas (then the one with the most free space), and a restarted server finds each replica where it "
+    "is. Empty, duplicate or nested entries are refused at start-up. A directory whose disk fails takes "
+    "only its own replicas offline.",
+)
+SERVER_DATA_DISK_WRITE_LIMIT_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-limit-ratio",
+    float,
+    0.85,
+    "Writes (produce, put) to the replicas of a data directory are refused with DISK_WRITE_LOCKED once "
+    "the used share of its file system (df's Use%) reaches this ratio, and resume once it is back at or "
+    "below server.data-disk.write-recover-ratio; reads go on. 1.0 turns the protection off. Range "
+    "(server.data-disk.write-recover-ratio, 1.0]; changeable live (strom config set).",
+)
+SERVER_DATA_DISK_WRITE_RECOVER_RATIO: ConfigOption[float] = ConfigOption(
+    "server.data-disk.write-recover-ratio",
+    float,
+    0.80,
+    "Writes refused for a full data disk resume once its used share is at or below this ratio. Range "
+    "(0.0, server.data-disk.write-limit-ratio); changeable live.",
+)
+SERVER_DATA_DISK_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "server.data-disk.check-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often a tablet server samples the usage of each data directory's file system (statvfs) for the "
+    "write protection; writes still flow for up to this long after a disk crosses the limit.",
+)
 REMOTE_DATA_DIR: ConfigOption[str | None] = ConfigOption(
     "remote.data.dir",
     str,
@@ -522,6 +565,21 @@ REMOTE_DATA_DIRS: ConfigOption[list[str]] = ConfigOption(
     [],
     "Remote data directories; overrides remote.data.dir. Strom keeps all remote data under one root, so "
     "one directory is accepted and a list of several is refused at start-up.",
+)
+REMOTE_ORPHAN_CLEANUP_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.interval",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How often the coordinator deletes files in remote.data.dir that no metadata refers to: "
+    "tiered log segments no manifest lists, KV snapshots and SSTs no kept snapshot lists, and the data "
+    "of dropped tables and partitions (also swept at once after a drop). 0 turns the sweep off.",
+)
+REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD: ConfigOption[timedelta] = ConfigOption(
+    "remote.orphan-cleanup.grace-period",
+    timedelta,
+    timedelta(hours=1),
+    "(Strom) How old an unreferenced file of a live table must be before the orphan sweep deletes it, "
+    "so that an upload whose manifest or snapshot is not committed yet is never taken.",
 )
 ZOOKEEPER_ADDRESS: ConfigOption[str | None] = ConfigOption(
     "zookeeper.address",
@@ -665,6 +723,14 @@ AUTO_PARTITION_CHECK_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta(minutes=10),
     "How often the coordinator creates upcoming and drops expired auto partitions.",
 )
+SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS: ConfigOption[int] = ConfigOption(
+    "server.historical-partition.lookup-cache.max-rows",
+    int,
+    1_000_000,
+    "(Strom) How many lake rows a tablet server keeps in memory for lookups of expired partitions "
+    "(whole buckets as of one lake snapshot, least recently used evicted first); 0 turns the cache off. "
+    "Fluss caches them on disk instead (server.historical-partition.lookup-cache.max-disk-ratio).",
+)
 LOG_SEGMENT_FILE_SIZE: ConfigOption[MemorySize] = ConfigOption(
     "log.segment.file-size", MemorySize, MemorySize(1 << 30), "Size at which a log segment is rolled."
 )
@@ -760,6 +826,36 @@ KV_SNAPSHOT_INTERVAL: ConfigOption[timedelta] = ConfigOption(
     timedelta,
     timedelta(minutes=10),
     "How often each kv tablet uploads a snapshot of its RocksDB state.",
+)
+KV_SCANNER_TTL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.ttl",
+    timedelta,
+    timedelta(minutes=10),
+    "Idle time after which a ScanKv scanner session is closed and its RocksDB snapshot released.",
+)
+KV_SCANNER_EXPIRATION_INTERVAL: ConfigOption[timedelta] = ConfigOption(
+    "kv.scanner.expiration-interval",
+    timedelta,
+    timedelta(seconds=30),
+    "How often idle ScanKv scanner sessions are looked for and closed.",
+)
+KV_SCANNER_MAX_PER_BUCKET: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-bucket",
+    int,
+    8,
+    "Most ScanKv scanner sessions open at once on one bucket (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_PER_SERVER: ConfigOption[int] = ConfigOption(
+    "kv.scanner.max-per-server",
+    int,
+    200,
+    "Most ScanKv scanner sessions open at once on one tablet server (more: TOO_MANY_SCANNERS).",
+)
+KV_SCANNER_MAX_BATCH_SIZE: ConfigOption[MemorySize] = ConfigOption(
+    "kv.scanner.max-batch-size",
+    MemorySize,
+    MemorySize(10 << 20),
+    "Cap on the bytes of one ScanKv answer: min(the request's batch_size_bytes, this).",
 )
 KV_SNAPSHOT_NUM_RETAINED: ConfigOption[int] = ConfigOption(
     "kv.snapshot.num-retained", int, 2, "Completed kv snapshots kept per bucket (>= 1)."
@@ -925,12 +1021,15 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         SECURITY_SSL_KEYSTORE_LOCATION,
         SECURITY_SSL_KEY_PASSWORD,
         SECURITY_SSL_TRUSTSTORE_LOCATION,
+        SECURITY_SSL_CLIENT_AUTH,
         AUTHORIZER_ENABLED,
         SUPER_USERS,
         AUTHORIZER_ACL_REFRESH_INTERVAL,
         DATA_DIR,
         REMOTE_DATA_DIR,
         REMOTE_DATA_DIRS,
+        REMOTE_ORPHAN_CLEANUP_INTERVAL,
+        REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD,
         ZOOKEEPER_ADDRESS,
         ZOOKEEPER_PATH_ROOT,
         ZOOKEEPER_SESSION_TIMEOUT,
@@ -940,6 +1039,10 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         TABLET_SERVER_HOST,
         TABLET_SERVER_PORT,
         TABLET_SERVER_ID,
+        DATA_DIRS,
+        SERVER_DATA_DISK_WRITE_LIMIT_RATIO,
+        SERVER_DATA_DISK_WRITE_RECOVER_RATIO,
+        SERVER_DATA_DISK_CHECK_INTERVAL,
         TABLET_SERVER_RACK,
         TABLET_SERVER_HEARTBEAT_INTERVAL,
         TABLET_SERVER_SESSION_TIMEOUT,
@@ -954,6 +1057,7 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         ALLOW_CREATE_LOG_TABLES,
         ALLOW_CREATE_KV_TABLES,
         AUTO_PARTITION_CHECK_INTERVAL,
+        SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS,
         LOG_SEGMENT_FILE_SIZE,
         LOG_INDEX_FILE_SIZE,
         LOG_INDEX_INTERVAL_SIZE,
@@ -973,6 +1077,11 @@ SERVER_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         REMOTE_LOG_TASK_MAX_UPLOAD_SEGMENTS,
         REMOTE_FS_WRITE_BUFFER_SIZE,
         KV_SNAPSHOT_INTERVAL,
+        KV_SCANNER_TTL,
+        KV_SCANNER_EXPIRATION_INTERVAL,
+        KV_SCANNER_MAX_PER_BUCKET,
+        KV_SCANNER_MAX_PER_SERVER,
+        KV_SCANNER_MAX_BATCH_SIZE,
         KV_SNAPSHOT_NUM_RETAINED,
         KV_ROCKSDB_BLOCK_CACHE_SIZE,
         KV_ROCKSDB_SHARED_MEMORY_WRITE_BUFFER_SIZE,
@@ -1446,6 +1555,19 @@ CLIENT_SSL_TRUSTSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
     "With SSL or SASL_SSL: PEM file of the CA certificates the client trusts (the system's CAs when "
     "unset). A server's certificate must also name the host the client connects to.",
 )
+CLIENT_SSL_KEYSTORE_LOCATION: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.keystore.location",
+    str,
+    None,
+    "With SSL or SASL_SSL: PEM file holding the client's private key and certificate chain, presented "
+    "to servers that ask for client certificates (security.ssl.client.auth).",
+)
+CLIENT_SSL_KEY_PASSWORD: ConfigOption[str | None] = ConfigOption(
+    "client.security.ssl.key.password",
+    str,
+    None,
+    "Password of the private key in client.security.ssl.keystore.location, when it is encrypted.",
+)
 CLIENT_SASL_MECHANISM: ConfigOption[str] = ConfigOption(
     "client.security.sasl.mechanism", str, "PLAIN", "SASL mechanism; only PLAIN is supported."
 )
@@ -1497,6 +1619,8 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
         CLIENT_LOOKUP_MAX_RETRIES,
         CLIENT_SECURITY_PROTOCOL,
         CLIENT_SSL_TRUSTSTORE_LOCATION,
+        CLIENT_SSL_KEYSTORE_LOCATION,
+        CLIENT_SSL_KEY_PASSWORD,
         CLIENT_SASL_MECHANISM,
         CLIENT_SASL_JAAS_CONFIG,
         CLIENT_SASL_USERNAME,

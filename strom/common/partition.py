@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
-from strom.common.config import AutoPartitionTimeUnit
+from strom.common import config as options
+from strom.common.config import AutoPartitionTimeUnit, Configuration
 from strom.common.errors import PartitionSpecInvalidError
 from strom.common.table_path import (
     PARTITION_SEPARATOR,
@@ -323,3 +325,41 @@ def is_valid_partition_time(value: str, unit: AutoPartitionTimeUnit, time_format
     except ValueError:
         return False
     return True
+
+
+def validate_auto_partition_time(
+    table_path: TablePath,
+    partition_keys: Sequence[str],
+    spec: Mapping[str, str],
+    properties: Mapping[str, str],
+    now: datetime | None = None,
+) -> None:
+    """Refuse a partition to be created that auto-partitioning would not keep, as Fluss's
+    `PartitionUtils.validateAutoPartitionTime` does on CreatePartition: its time value must match the
+    table's pattern, and must not be older than the oldest partition retention keeps (a write to an
+    expired partition would otherwise create it again, and retention drop it with the new records)."""
+    conf = Configuration(dict(properties))
+    enabled = conf.get(options.TABLE_AUTO_PARTITION_ENABLED)
+    time_format = conf.get(options.TABLE_AUTO_PARTITION_TIME_FORMAT)
+    if not enabled and time_format is None:
+        return
+    unit = conf.get(options.TABLE_AUTO_PARTITION_TIME_UNIT)
+    time_key = conf.get(options.TABLE_AUTO_PARTITION_KEY) or partition_keys[0]
+    value = spec.get(time_key)
+    if value is None or not is_valid_partition_time(value, unit, time_format):
+        pattern = time_format if time_format is not None else DEFAULT_TIME_FORMATS[unit]
+        raise PartitionSpecInvalidError(
+            f"Partition value '{value}' of table {table_path} does not match the expected format "
+            f"'{pattern}' for auto-partition time unit '{unit.value}'."
+        )
+    retention = conf.get(options.TABLE_AUTO_PARTITION_NUM_RETENTION)
+    if not enabled or retention < 0:
+        return
+    zone = ZoneInfo(conf.get(options.TABLE_AUTO_PARTITION_TIME_ZONE))
+    moment = (now or datetime.now(zone)).astimezone(zone).replace(tzinfo=None)
+    oldest_kept = auto_partition_value(unit, moment, -retention, time_format)
+    if value < oldest_kept:  # fixed-width ordered formats: text order is time order
+        raise PartitionSpecInvalidError(
+            f"Partition value '{value}' of table {table_path} is out-of-date. The earliest retained "
+            f"partition is '{oldest_kept}'."
+        )

@@ -226,6 +226,12 @@ class LakeCommitter(ABC):
         was done. Only between rounds: never while writers of the table are running."""
         return None
 
+    def compact_buckets(self, buckets: Sequence[tuple[int, str | None]]) -> list[int]:
+        """`compact` for each (bucket, partition name) of a round; the snapshot ids made. Formats that
+        can rewrite several buckets in one snapshot override this (Iceberg)."""
+        made = [self.compact(bucket, partition) for bucket, partition in dict.fromkeys(buckets)]
+        return [snapshot for snapshot in made if snapshot is not None]
+
     def expire_snapshots(self, older_than: datetime | None = None, retain_last: int = 1) -> int:
         """Expire old snapshots and delete files nothing references any more; how many expired."""
         return 0

@@ -64,3 +64,13 @@ def register_coordinator_metrics(metrics: Metrics, active: Callable[[], Any]) ->
         "lakeTiering_pendingTablesCount", "Lake-enabled tables waiting for a tiering job.", tiering("pending")
     )
     gauge("lakeTiering_runningTablesCount", "Lake-enabled tables being tiered now.", tiering("tiering"))
+    gauge(
+        "remoteOrphanFilesDeleted",
+        "Files in remote storage no metadata referred to, deleted since this coordinator became active.",
+        lambda c: c.orphan_files.deleted_files if c.orphan_files is not None else 0,
+    )
+    gauge(
+        "remoteOrphanBytesDeleted",
+        "Bytes of those files.",
+        lambda c: c.orphan_files.deleted_bytes if c.orphan_files is not None else 0,
+    )

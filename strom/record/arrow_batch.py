@@ -21,15 +21,19 @@ from strom.record.log_batch import (
     APPEND_ONLY_FLAG,
     LOG_MAGIC_V0,
     LOG_MAGIC_V1,
+    LOG_MAGIC_V2,
     LOG_OVERHEAD,
     NO_BATCH_SEQUENCE,
+    NO_LEADER_EPOCH,
     NO_WRITER_ID,
-    SCHEMA_ID_OFFSET,
-    STATISTICS_LENGTH_OFFSET,
     V0_HEADER_SIZE,
     V1_HEADER_SIZE,
+    V2_HEADER_SIZE,
     LogBatchHeader,
+    crc_offset,
     records_offset,
+    schema_id_offset,
+    statistics_length_offset,
 )
 
 __all__ = [
@@ -50,8 +54,9 @@ SMALL_BATCH_BYTES = 256
 # The V0 header with the CRC field zeroed: base_offset, length, magic, commit_ts, crc, schema_id,
 # attributes, last_offset_delta, writer_id, batch_sequence, record_count.
 _V0_HEADER = struct.Struct("<qibqIhbiqii")
+# V2: the leader epoch (int32) between the commit timestamp and the CRC
+_V2_HEADER = struct.Struct("<qibqiIhbiqii")
 _CRC = struct.Struct("<I")
-_CRC_POS = 21
 _META_LEN = struct.Struct("<i")
 
 
@@ -103,21 +108,22 @@ def _assemble_v0(
     base_offset: int,
     commit_timestamp: int,
     statistics: bytes | None = None,
+    magic: int | None = None,
+    leader_epoch: int = NO_LEADER_EPOCH,
 ) -> bytes:
-    """A V0 batch, or a V1 batch when `statistics` (a block, possibly empty) is given."""
-    v1 = statistics is not None
-    header_size = V1_HEADER_SIZE if v1 else V0_HEADER_SIZE
+    """A V0 batch, or a V1 batch when `statistics` (a block, possibly empty) is given, or a V2 batch
+    (statistics and leader epoch) when `magic` is 2."""
+    if magic is None:
+        magic = LOG_MAGIC_V0 if statistics is None else LOG_MAGIC_V1
+    if magic == LOG_MAGIC_V0 and statistics is not None:
+        raise ValueError("a magic-0 batch carries no statistics")
     stats = statistics or b""
+    header_size = {LOG_MAGIC_V0: V0_HEADER_SIZE, LOG_MAGIC_V1: V1_HEADER_SIZE, LOG_MAGIC_V2: V2_HEADER_SIZE}[
+        magic
+    ]
     size = header_size + len(stats) + len(change_types) + len(body)
     header = bytearray(header_size)
-    _V0_HEADER.pack_into(
-        header,
-        0,
-        base_offset,
-        size - LOG_OVERHEAD,
-        LOG_MAGIC_V1 if v1 else LOG_MAGIC_V0,
-        commit_timestamp,
-        0,
+    fixed = (
         schema_id,
         APPEND_ONLY_FLAG if append_only else 0,
         last_offset_delta,
@@ -125,13 +131,19 @@ def _assemble_v0(
         batch_sequence,
         record_count,
     )
-    if v1:
-        _META_LEN.pack_into(header, STATISTICS_LENGTH_OFFSET, len(stats))
-    crc = crc32c(bytes(header[SCHEMA_ID_OFFSET:]))
+    if magic == LOG_MAGIC_V2:
+        _V2_HEADER.pack_into(
+            header, 0, base_offset, size - LOG_OVERHEAD, magic, commit_timestamp, leader_epoch, 0, *fixed
+        )
+    else:
+        _V0_HEADER.pack_into(header, 0, base_offset, size - LOG_OVERHEAD, magic, commit_timestamp, 0, *fixed)
+    if magic != LOG_MAGIC_V0:
+        _META_LEN.pack_into(header, statistics_length_offset(magic), len(stats))
+    crc = crc32c(bytes(header[schema_id_offset(magic) :]))
     for part in (stats, change_types, body):
         if len(part):
             crc = crc32c(part, crc)
-    _CRC.pack_into(header, _CRC_POS, crc)
+    _CRC.pack_into(header, crc_offset(magic), crc)
     return b"".join((header, stats, change_types, body))
 
 
@@ -147,9 +159,11 @@ def build_arrow_log_batch(
     compression: str = "NONE",
     zstd_level: int = 3,
     statistics_columns: Sequence[int] | None = None,
+    magic: int | None = None,
 ) -> bytes:
     """An ARROW log batch holding `records`, laid out as Fluss writes it: V0, or V1 carrying the
-    min/max/null-count statistics of `statistics_columns` (schema positions) when that is given.
+    min/max/null-count statistics of `statistics_columns` (schema positions) when that is given, or
+    V2 (`magic=2`: V1 plus a leader epoch, which the leader sets on append).
 
     `change_types` (one ChangeType value per row) makes a changelog batch; None makes an append-only
     batch. An empty batch has no Arrow message at all, as in Fluss.
@@ -174,6 +188,7 @@ def build_arrow_log_batch(
         base_offset=base_offset,
         commit_timestamp=commit_timestamp,
         statistics=None if statistics_columns is None else collect_statistics(records, statistics_columns),
+        magic=magic,
     )
 
 
@@ -182,7 +197,7 @@ def decode_arrow_batch(
 ) -> tuple[pa.RecordBatch, bytes | None]:
     """Decode the ARROW batch at `pos` into (records, change types or None when append-only).
 
-    Handles V0 and V1 (statistics are skipped) and compressed bodies. The returned RecordBatch may
+    Handles V0, V1 and V2 (statistics are skipped) and compressed bodies. The returned RecordBatch may
     reference `buf` without copying, so `buf` must not be modified while it is in use.
 
     An uncompressed Arrow message sits wherever the batch put it: after a change-type vector of any

@@ -37,8 +37,6 @@ from strom.record.change_type import ChangeType
 from strom.record.kv_batch import check_writer_fields
 from strom.record.log_batch import (
     APPEND_ONLY_FLAG,
-    LOG_MAGIC_V1,
-    V1_HEADER_SIZE,
     LogBatchHeader,
     records_offset,
 )
@@ -82,11 +80,11 @@ def check_log_batch(buf: Buffer, pos: int, header: LogBatchHeader, arrow_schema:
             f"{where}: last offset delta {header.last_offset_delta} does not match record count {count}"
         )
     check_writer_fields(header.writer_id, header.batch_sequence, where)
-    start = records_offset(buf, pos, header)  # checks the V1 statistics length fits
+    start = records_offset(buf, pos, header)  # checks the V1/V2 statistics length fits
     stats = None
-    if header.magic == LOG_MAGIC_V1:
+    if header.has_statistics_field:
         try:
-            stats = parse_statistics(buf, pos + V1_HEADER_SIZE, start, count, arrow_schema)
+            stats = parse_statistics(buf, pos + header.header_size, start, count, arrow_schema)
         except CorruptRecordError as e:
             raise CorruptRecordError(f"{where}: {e}") from None
     end = pos + header.size

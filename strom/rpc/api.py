@@ -75,6 +75,8 @@ class ApiKey(enum.IntEnum):
     DROP_KV_SNAPSHOT_LEASE = 1058
     GET_TABLE_STATS = 1059
     ALTER_DATABASE = 1060
+    SCAN_KV = 1061
+    GET_CLUSTER_HEALTH = 1062
     LIST_REMOTE_LOG_MANIFESTS = 1063
     LIST_KV_SNAPSHOTS = 1064
     # Strom-only: tablet-server membership, which Fluss keeps in ZooKeeper ephemeral nodes.
@@ -86,6 +88,8 @@ class ApiKey(enum.IntEnum):
     # Strom-only: what `strom status` shows (Fluss keeps it in ZooKeeper or in memory).
     DESCRIBE_CLUSTER = 9004
     DESCRIBE_REPLICAS = 9005
+    # Strom-only: a tablet server reports the replicas of a failed data directory.
+    REPORT_OFFLINE_REPLICAS = 9006
     # Strom-only: auto-increment id ranges (Fluss's tablet servers use a ZooKeeper counter).
     ALLOCATE_AUTO_INCREMENT_IDS = 9010
 
@@ -109,6 +113,7 @@ _INTERNAL_KEYS = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH,
     ApiKey.DESCRIBE_CLUSTER,
     ApiKey.DESCRIBE_REPLICAS,
+    ApiKey.REPORT_OFFLINE_REPLICAS,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
 }
 

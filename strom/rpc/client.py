@@ -89,6 +89,18 @@ class RpcConnection(asyncio.Protocol):
             raise NetworkError(f"cannot connect to {address}: {e}") from e
         try:
             await connection._handshake(expected_server_type, sasl, connect_timeout)
+        except NetworkError as e:
+            # closed by the server (perhaps not yet reported as lost), not timed out
+            lost = connection.transport is None or connection.transport.is_closing()
+            connection.close()
+            if tls is not None and lost and connection.server_type is None:
+                # TLS 1.3 servers verify client certificates after the client's side of the handshake
+                # is done: a refused (or missing) certificate shows only as the connection closing
+                raise NetworkError(
+                    f"{e} right after the TLS handshake; a server with security.ssl.client.auth refuses "
+                    "clients without a certificate it trusts (client.security.ssl.keystore.location)"
+                ) from e
+            raise
         except BaseException:
             connection.close()
             raise

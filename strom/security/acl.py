@@ -23,6 +23,9 @@ class ResourceType(enum.IntEnum):
     CLUSTER = 2
     DATABASE = 3
     TABLE = 4
+    # Strom's own: a Kafka consumer group (Fluss has no groups; the code is far from Fluss's and
+    # Kafka's numbering so that neither reads it as one of theirs), see docs/kafka.md
+    GROUP = 100
 
 
 class OperationType(enum.IntEnum):
@@ -102,16 +105,25 @@ class Resource:
         return cls(ResourceType.TABLE, f"{database}.{table}")
 
     @classmethod
+    def group(cls, group_id: str) -> Resource:
+        return cls(ResourceType.GROUP, group_id)
+
+    @classmethod
     def of(cls, resource_type: ResourceType, name: str | None) -> Resource:
         """A resource from a CLI or request: the cluster's name is implied; tables are `db.table`."""
         if resource_type == ResourceType.CLUSTER:
             return cls.cluster()
-        if resource_type not in (ResourceType.DATABASE, ResourceType.TABLE):
+        if resource_type not in (ResourceType.DATABASE, ResourceType.TABLE, ResourceType.GROUP):
             raise InvalidConfigError(
-                f"ACLs are bound to CLUSTER, DATABASE or TABLE, not {resource_type.name}"
+                f"ACLs are bound to CLUSTER, DATABASE, TABLE or GROUP, not {resource_type.name}"
             )
         if not name:
             raise InvalidConfigError(f"a {resource_type.name} resource needs a name")
+        if resource_type == ResourceType.GROUP and ("/" in name or name in (".", "..")):
+            # the metadata store keys ACL documents by type/name, and ZooKeeper paths split on '/'
+            raise InvalidConfigError(
+                f"group resource '{name}': ACLs cannot name a group with a '/', '.' or '..'"
+            )
         if resource_type == ResourceType.TABLE and name != WILDCARD and name.count(".") != 1:
             raise InvalidConfigError(f"table resource '{name}' must be named database.table")
         return cls(resource_type, name)
@@ -120,8 +132,8 @@ class Resource:
         """This resource and those whose ACLs also apply to it (a table's database, the cluster)."""
         if self.type == ResourceType.TABLE:
             return (self, Resource.database(self.name.split(".", 1)[0]), Resource.cluster())
-        if self.type == ResourceType.DATABASE:
-            return (self, Resource.cluster())
+        if self.type in (ResourceType.DATABASE, ResourceType.GROUP):
+            return (self, Resource.cluster())  # groups sit under the cluster, as in Kafka
         return (self,)
 
     def acl_owner(self) -> Resource:
@@ -129,6 +141,8 @@ class Resource:
         minimum granularity of ACL management is the database)."""
         if self.type == ResourceType.TABLE:
             return Resource.database(self.name.split(".", 1)[0])
+        if self.type == ResourceType.GROUP:
+            return Resource.cluster()  # groups sit in no database
         return self
 
     def __str__(self) -> str:

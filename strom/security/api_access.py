@@ -45,6 +45,7 @@ INTERNAL_APIS = frozenset(
         ApiKey.PREPARE_LAKE_TABLE_SNAPSHOT,
         ApiKey.REGISTER_TABLET_SERVER,
         ApiKey.TABLET_SERVER_HEARTBEAT,
+        ApiKey.REPORT_OFFLINE_REPLICAS,
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
     }
@@ -147,6 +148,13 @@ def _filter_producer_offsets(request: Any, response: Any, access: Access) -> Non
         response.table_offsets.extend(kept)
 
 
+def _scan_kv(request: Any, access: Access) -> None:
+    # Fluss: READ on the table when a scan opens; a continuation names a scanner, which only the
+    # principal that opened it may use (kv/scanners.py)
+    if request.HasField("bucket_scan_req"):
+        _require_table_ids(access, READ, [request.bucket_scan_req.table_id])
+
+
 def _security_token(request: Any, access: Access) -> None:
     # remote-storage credentials reach only callers that may read something
     access.require_any_grant(READ)
@@ -197,6 +205,8 @@ CHECKS: dict[ApiKey, Check] = {
     ApiKey.DESCRIBE_REPLICAS: _on_cluster(DESCRIBE),
     ApiKey.GET_TABLE_STATS: _on_table_id(READ),
     ApiKey.DESCRIBE_CLUSTER_CONFIGS: _on_cluster(DESCRIBE),
+    ApiKey.SCAN_KV: _scan_kv,
+    ApiKey.GET_CLUSTER_HEALTH: _on_cluster(DESCRIBE),
     # Fluss: READ on every table whose snapshots are leased or released
     ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda request, access: _require_table_ids(
         access, READ, [t.table_id for t in request.snapshots_to_lease]

@@ -88,8 +88,13 @@ def cluster_tls(config: Mapping[str, str]) -> ssl.SSLContext | None:
     listeners = ListenerSettings.from_config(configuration, "127.0.0.1", 0)
     if not listeners.uses_tls(listeners.internal):
         return None
-    truststore = configuration.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION)
-    return client_context(TlsFiles(truststore=truststore), "security.ssl")
+    # the server's own key store, presented as a client certificate where servers ask for one
+    files = TlsFiles(
+        configuration.get(options.SECURITY_SSL_KEYSTORE_LOCATION),
+        configuration.get(options.SECURITY_SSL_KEY_PASSWORD),
+        configuration.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION),
+    )
+    return client_context(files, "security.ssl")
 
 
 def client_properties(config: Mapping[str, str]) -> dict[str, str]:
@@ -115,4 +120,11 @@ def client_properties(config: Mapping[str, str]) -> dict[str, str]:
         truststore = configuration.get(options.SECURITY_SSL_TRUSTSTORE_LOCATION)
         if tls and truststore and options.CLIENT_SSL_TRUSTSTORE_LOCATION.key not in properties:
             properties[options.CLIENT_SSL_TRUSTSTORE_LOCATION.key] = truststore
+        # mutual TLS: the servers' key store is the cluster's own client certificate
+        keystore = configuration.get(options.SECURITY_SSL_KEYSTORE_LOCATION)
+        if tls and keystore and options.CLIENT_SSL_KEYSTORE_LOCATION.key not in properties:
+            properties[options.CLIENT_SSL_KEYSTORE_LOCATION.key] = keystore
+            password = configuration.get(options.SECURITY_SSL_KEY_PASSWORD)
+            if password:
+                properties[options.CLIENT_SSL_KEY_PASSWORD.key] = password
     return properties

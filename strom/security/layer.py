@@ -84,7 +84,11 @@ class SecuritySettings:
             authorizer_enabled=bool(config.get(options.AUTHORIZER_ENABLED)),
             super_users=super_users,
             internal_login=login,
-            server_tls=server_context(files, "security.ssl") if listeners.tls_enabled else None,
+            server_tls=(
+                server_context(files, "security.ssl", config.get(options.SECURITY_SSL_CLIENT_AUTH))
+                if listeners.tls_enabled
+                else None
+            ),
             internal_tls=(
                 client_context(files, "security.ssl") if listeners.uses_tls(listeners.internal) else None
             ),

@@ -52,6 +52,8 @@ FLUSS_DYNAMIC_PREFIXES = ("datalake.",)
 APPLIED_LIVE: dict[str, options.ConfigOption[Any]] = {
     options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER.key: options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER,
     options.KV_SNAPSHOT_INTERVAL.key: options.KV_SNAPSHOT_INTERVAL,
+    options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO.key: options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO,
+    options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO.key: options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO,
 }
 
 _SECRET_MARKERS = ("password", "jaas", "credentials", "secret", "token")
@@ -103,6 +105,17 @@ def altered(current: Mapping[str, str], changes: list[tuple[str, str | None, int
             )
         else:
             raise ConfigError(f"Unsupported config operation type {op}")
+    limit_key = options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO.key
+    recover_key = options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO.key
+    if limit_key in result or recover_key in result:
+        # checked as a pair (Fluss's ranges); a ratio not set dynamically is taken at its default
+        limit = float(result.get(limit_key, options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO.default))
+        recover = float(result.get(recover_key, options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO.default))
+        if not 0.0 < recover < limit <= 1.0:
+            raise ConfigError(
+                f"{recover_key} ({recover}) and {limit_key} ({limit}) must satisfy 0 < recover < limit <= 1; "
+                f"when lowering both, change them in one request"
+            )
     return result
 
 

@@ -21,9 +21,18 @@ from harness import Cluster
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
 from strom.client.scanner import EARLIEST_OFFSET, col
+from strom.common import errors
 from strom.common.table_bucket import TableBucket
+from strom.record.arrow_batch import build_arrow_log_batch
 from strom.record.batch_statistics import collect_statistics, parse_statistics
-from strom.record.log_batch import V1_HEADER_SIZE, read_header, records_offset
+from strom.record.log_batch import (
+    V1_HEADER_SIZE,
+    V2_HEADER_SIZE,
+    crc_is_valid,
+    read_header,
+    records_offset,
+    write_crc,
+)
 from strom.rpc.api import ApiKey
 from strom.rpc.gen import fluss_api_pb2 as pb
 
@@ -216,3 +225,43 @@ def test_filtered_fetch_skips_batches_on_statistics(cluster_factory: Any) -> Non
     # filters prune whole batches: the one holding ids 250.. comes back whole
     assert asyncio.run(filtered(own, col("id") >= 250)) == list(range(200, 300))
     assert skipped_batches(cluster, own) == 2
+
+    # Fluss 1.0's magic 2 (V1 + leader epoch): stored with the leader's epoch stamped outside the CRC,
+    # read back, skipped on its statistics; a V2 batch whose statistics lie is refused
+    v2 = f"v2_{suffix}"
+
+    async def produce_v2() -> list[int]:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            path = TablePath("fluss", v2)
+            descriptor = TableDescriptor(
+                Schema.from_arrow_schema(SCHEMA), bucket_count=1, properties={"table.statistics.columns": "*"}
+            )
+            await conn.get_admin().create_table(path, descriptor)
+            table = await conn.get_table(path)
+            leader = conn.metadata.leader_for(TableBucket(table.table_id, None, 0))
+            assert leader is not None
+            server = await conn.pool.get(leader.host, leader.port)
+            codes = []
+            good = build_arrow_log_batch(rows(0, 5), schema_id=1, statistics_columns=[0], magic=2)
+            fake = collect_statistics(rows(1000, 5), [0])  # same size, bounds that leave the rows out
+            lying = bytearray(good[:V2_HEADER_SIZE] + fake + good[V2_HEADER_SIZE + len(fake) :])
+            write_crc(lying, 0, len(lying))
+            for batch in (
+                *(
+                    build_arrow_log_batch(rows(s, 100), schema_id=1, statistics_columns=[0, 1, 2], magic=2)
+                    for s in (0, 100, 200)
+                ),
+                bytes(lying),
+            ):
+                request = pb.ProduceLogRequest(acks=-1, table_id=table.table_id, timeout_ms=5000)
+                request.buckets_req.add(bucket_id=0, records=batch)
+                answer = (await server.request(ApiKey.PRODUCE_LOG, request)).buckets_resp[0]
+                codes.append(answer.error_code if answer.HasField("error_code") else 0)
+            return codes
+
+    assert asyncio.run(produce_v2()) == [0, 0, 0, errors.CorruptRecordError.code]
+    stored = asyncio.run(stored_batch(v2))
+    header = read_header(stored)
+    assert header.magic == 2 and header.leader_epoch >= 0 and crc_is_valid(stored, 0, header)
+    assert asyncio.run(filtered(v2, col("tag") == 1)) == list(range(100, 200))
+    assert skipped_batches(cluster, v2) == 2

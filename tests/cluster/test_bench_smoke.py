@@ -29,8 +29,8 @@ BENCHMARKS = _run_all_benchmarks()
 
 # scripts that print a report of their own rather than run_all's JSON rows
 OWN_REPORT = ["failover", "fuzz", "kv_scale", "scale"]
-# scripts that print rows but are not Strom figures, so run_all leaves them out
-ROWS_ONLY = ["lazyfs_overhead"]
+# scripts that print rows but are not Strom figures (against a reference), so run_all leaves them out
+ROWS_ONLY = ["lazyfs_overhead", "processes"]
 SCRIPTS = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in ("common", "run_all"))
 
 

@@ -11,9 +11,12 @@ import datetime
 import io
 import json
 import os
+import shutil
 import signal
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,12 +25,12 @@ from typing import Any
 import fluss
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import CommitFailedError, RebalanceInProgressError
+from kafka.errors import CommitFailedError, RebalanceInProgressError, TransactionalIdAuthorizationFailedError
 from kafka.structs import OffsetAndMetadata
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.fetch.v11.request import FetchPartition, FetchTopic
@@ -67,9 +70,11 @@ def _kafka_servers(cluster: dict[str, Any]) -> list[str]:
 class RawKafka:
     """One Kafka connection speaking requests encoded by kio, for what clients do not expose."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tls: ssl.SSLContext | None = None) -> None:
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=10)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
         self.correlation = 0
 
     def request(self, api_key: int, version: int, **fields: Any) -> Any:
@@ -206,6 +211,81 @@ def test_kafka_clients_produce_and_consume_and_pyfluss_reads_the_topic(local: di
     ]
     assert by_key[b"k7"]["value"] is None
     assert int(by_key[b"k40"]["timestamp"].timestamp() * 1000) == 1_700_000_000_040
+
+
+def _kcat() -> str:
+    """kcat's path (Debian's package; older releases call it kafkacat). `make test` installs it
+    (scripts/install_kcat.sh): under CI a missing kcat fails the test, naming what is missing."""
+    found = shutil.which("kcat") or shutil.which("kafkacat")
+    if found is None:
+        message = "kcat is missing: `make test` installs Debian's kcat (scripts/install_kcat.sh)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def test_kcat_produces_and_consumes_and_pyfluss_reads_what_it_wrote(local: dict[str, Any]) -> None:
+    kcat = _kcat()
+    servers = local["kafka_bootstrap"]
+    admin = KafkaAdminClient(bootstrap_servers=_kafka_servers(local), request_timeout_ms=15000)
+    admin.create_topics([NewTopic("kcat", 2, 1)])
+    admin.close()
+
+    def run(*args: str, stdin: str = "") -> str:
+        done = subprocess.run(
+            [kcat, "-b", servers, *args], input=stdin, capture_output=True, text=True, timeout=30
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert 'topic "kcat" with 2 partitions' in run("-L", "-t", "kcat")
+    # keys split off at ':', two headers on every record; partition 1 snappy-compressed
+    for partition, codec in ((0, "none"), (1, "snappy")):
+        lines = "".join(f"k{partition}{i}:v{partition}{i}\n" for i in range(5))
+        run("-P", "-t", "kcat", "-p", str(partition), "-z", codec, "-K", ":",
+            "-H", "source=kcat", "-H", f"p={partition}", stdin=lines)  # fmt: skip
+    out = run("-C", "-t", "kcat", "-o", "beginning", "-e", "-q", "-f", "%p|%o|%k|%s|%h\n")
+    consumed = sorted(tuple(line.split("|")) for line in out.splitlines())
+    assert consumed == sorted(
+        (str(p), str(i), f"k{p}{i}", f"v{p}{i}", f"source=kcat,p={p}") for p in range(2) for i in range(5)
+    )
+
+    async def read() -> Any:
+        connection = await fluss.FlussConnection.create(
+            fluss.Config({"bootstrap.servers": local["bootstrap"]})
+        )
+        table = await connection.get_table(fluss.TablePath("kafka", "kcat"))
+        scanner = await table.new_scan().create_record_batch_log_scanner()
+        scanner.subscribe_buckets({b: fluss.EARLIEST_OFFSET for b in range(2)})
+        return await asyncio.wait_for(scanner.to_arrow(), 30)
+
+    rows = asyncio.run(read()).to_pylist()
+    assert sorted((r["key"], r["value"], tuple(h["value"] for h in r["headers"])) for r in rows) == sorted(
+        (f"k{p}{i}".encode(), f"v{p}{i}".encode(), (b"kcat", str(p).encode()))
+        for p in range(2)
+        for i in range(5)
+    )
+    assert all([h["key"] for h in r["headers"]] == ["source", "p"] for r in rows)
+
+
+def test_a_transactional_producer_fails_at_once_with_a_clear_error(local: dict[str, Any]) -> None:
+    """No transactions: the transaction coordinator is refused with a fatal error, not left unavailable
+    (which clients retry until their timeout)."""
+    producer = Producer({"bootstrap.servers": local["kafka_bootstrap"], "transactional.id": "t"})
+    started = time.monotonic()
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(20)
+    error = refused.value.args[0]
+    assert error.fatal() and error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert "does not support Kafka transactions" in error.str()
+    assert time.monotonic() - started < 10
+    kafka_python = KafkaProducer(bootstrap_servers=_kafka_servers(local), transactional_id="t2")
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            kafka_python.init_transactions()
+    finally:
+        kafka_python.close(0)
 
 
 def test_corrupt_batches_are_refused_and_nothing_is_stored(local: dict[str, Any]) -> None:

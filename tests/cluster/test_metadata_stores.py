@@ -4,6 +4,7 @@ and, on ZooKeeper, the fencing of a coordinator that another one replaced."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -68,6 +69,10 @@ def test_the_metadata_store_contract(open_store: Opener) -> None:
 
     store.create_database(DatabaseRecord("shop", b'{"comment": "c"}', 1000, 1000))
     assert store.get_database("shop") is not None and store.get_database("nope") is None
+    # AlterDatabase: the descriptor and modified time change, the created time stays
+    store.update_database(DatabaseRecord("shop", b'{"comment": "d"}', 5, 2000))
+    store.update_database(DatabaseRecord("nope", b"{}", 5, 2000))  # a missing database: nothing
+    assert store.get_database("nope") is None
     store.create_table(table(ids[0], "orders"), b'{"schema": 1}')
     store.create_table(table(ids[1], "items"), b'{"schema": 1}')
     store.add_schema(ids[0], 2, b'{"schema": 2}')
@@ -93,6 +98,9 @@ def test_the_metadata_store_contract(open_store: Opener) -> None:
             "shop"
         }
         assert sorted(t.name for t in s.list_tables("shop")) == ["items", "orders"]
+        shop = s.get_database("shop")
+        assert shop is not None and (shop.created_time, shop.modified_time) == (1000, 2000)
+        assert json.loads(shop.database_json)["comment"] == "d"
         orders, items = s.get_table("shop", "orders"), s.get_table_by_id(ids[1])
         assert orders is not None and orders.table_id == ids[0]
         assert items is not None and items.name == "items"

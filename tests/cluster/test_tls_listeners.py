@@ -1,6 +1,8 @@
-"""TLS on a real cluster: the servers' INTERNAL listener speaks SSL (registration, leadership pushes and
-follower fetches all go through it), strom.client writes over TLS trusting the test's CA, pyfluss reads
-the same rows through a PLAINTEXT CLIENT listener, and a client trusting another CA is refused."""
+"""TLS on a real cluster: the servers' INTERNAL listener speaks SSL with client certificates required
+(registration, leadership pushes and follower fetches all go through it, each server presenting its
+own certificate), strom.client writes over TLS trusting the test's CA and presenting a certificate it
+signed, pyfluss reads the same rows through a PLAINTEXT CLIENT listener, and a client trusting another
+CA, or presenting no certificate, is refused."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from harness import Cluster, add_client_listener
 from tls_certs import CertificateAuthority
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
-from strom.common.errors import AuthenticateError
+from strom.common.errors import AuthenticateError, FlussError
 
 
 def test_servers_and_strom_client_speak_tls_while_pyfluss_keeps_a_plaintext_listener(tmp_path: Path) -> None:
@@ -29,6 +31,7 @@ def test_servers_and_strom_client_speak_tls_while_pyfluss_keeps_a_plaintext_list
                 ca.issue(tmp_path / f"{server.role}-{server.server_id}.pem")
             ),
             "security.ssl.truststore.location": str(ca.path),
+            "security.ssl.client.auth": "required",
         }
     cluster.start()
     try:
@@ -36,6 +39,9 @@ def test_servers_and_strom_client_speak_tls_while_pyfluss_keeps_a_plaintext_list
             "bootstrap.servers": cluster.bootstrap,  # the INTERNAL listener: TLS
             "client.security.protocol": "SSL",
             "client.security.ssl.truststore.location": str(ca.path),
+            "client.security.ssl.keystore.location": str(
+                ca.issue(tmp_path / "client.pem", hosts=("client",))
+            ),
         }
 
         async def write() -> list[list[int]]:
@@ -63,7 +69,19 @@ def test_servers_and_strom_client_speak_tls_while_pyfluss_keeps_a_plaintext_list
             async with await Connection.create(settings) as conn:
                 await conn.get_admin().list_databases()
 
-        with pytest.raises(AuthenticateError, match=r"certificate verify failed|unable to get local issuer"):
+        with pytest.raises(
+            AuthenticateError,
+            match=r"certificate verify failed|unable to get local issuer|self-signed certificate in",
+        ):
             asyncio.run(untrusting())
+
+        async def anonymous() -> None:
+            settings = {k: v for k, v in tls.items() if "keystore" not in k}
+            settings["client.request-timeout"] = "1s"
+            async with await Connection.create(settings) as conn:
+                await conn.get_admin().list_databases()
+
+        with pytest.raises(FlussError, match=r"refuses clients without a certificate it trusts"):
+            asyncio.run(anonymous())
     finally:
         cluster.stop()

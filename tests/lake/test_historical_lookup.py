@@ -18,16 +18,19 @@ import fluss
 import pyarrow as pa
 import pytest
 from harness import Cluster
-from paimon_helpers import paimon_info
+from lake_helpers import upsert
+from paimon_helpers import PaimonTiering, paimon_bucket_of, paimon_info, paimon_storage
 from test_tiering_service import session, start_tiering
 
 from strom.client import Connection, Schema, TableDescriptor, TablePath
 from strom.client.lookup.historical import is_past_auto_partition
 from strom.common import types as T
-from strom.common.errors import InvalidTableError, PartitionNotExistError
+from strom.common.errors import InvalidTableError, PartitionNotExistError, PartitionSpecInvalidError
 from strom.common.partition import HISTORICAL_PARTITION_VALUE
 from strom.lake.paimon.storage import PaimonLakeStorage
+from strom.record.compacted_row import CompactedRowEncoder
 from strom.server.tablet.historical_lookup import HistoricalLookup
+from strom.server.tablet.kv.recovery import table_key_encoder
 
 OLD = "20200101"  # a past DAY partition
 PROPERTIES = {
@@ -114,6 +117,39 @@ def test_lookup_of_an_expired_partition_is_answered_from_the_lake(
     # pyfluss sends no historical lookups (nor does it against Fluss): the key is not found
     assert session(cluster, pyfluss_lookup) is None
 
+    # Writes to an expired partition are refused, as Fluss 1.0 refuses them (its CreatePartition
+    # checks the partition time against retention): the write would create the partition again,
+    # and retention drop it with the new records. A table that keeps one day: OLD is out of date.
+    kept = TablePath("fluss", "recent")
+
+    async def write_expired() -> None:
+        async with await Connection.create({"bootstrap.servers": cluster.bootstrap}) as conn:
+            schema = Schema.from_arrow_schema(
+                pa.schema([("dt", pa.string()), ("id", pa.int32()), ("v", pa.string())]),
+                primary_key=["dt", "id"],
+            )
+            retained = {**PROPERTIES, "table.auto-partition.num-retention": "1"}
+            await conn.get_admin().create_table(
+                kept, TableDescriptor(schema, partition_keys=["dt"], bucket_count=1, properties=retained)
+            )
+            writer = (await conn.get_table(kept)).new_upsert().create_writer()
+            with pytest.raises(PartitionSpecInvalidError, match=f"'{OLD}' .* is out-of-date"):
+                await writer.upsert({"dt": OLD, "id": 1, "v": "late"})
+                await writer.flush()
+            with pytest.raises(PartitionSpecInvalidError, match="does not match the expected format"):
+                await conn.get_admin().create_partition(kept, {"dt": "2020-01-01"})
+
+    asyncio.run(asyncio.wait_for(write_expired(), 60))
+
+    async def pyfluss_create_expired(connection: Any) -> str:
+        try:
+            await connection.get_admin().create_partition(fluss.TablePath("fluss", "recent"), {"dt": OLD})
+        except Exception as e:  # pyfluss's FlussError
+            return str(e)
+        return "created"
+
+    assert "out-of-date" in session(cluster, pyfluss_create_expired)
+
 
 def _info(**extra: str) -> Any:
     return paimon_info(
@@ -144,3 +180,52 @@ def test_server_refuses_historical_lookups_outside_the_historical_partition() ->
     off = _info(**{"table.datalake.historical-partition.enabled": "false"})
     with pytest.raises(InvalidTableError, match=r"historical-partition\.enabled"):
         asyncio.run(lookup.lookup(off, HISTORICAL_PARTITION_VALUE, 0, "20200101", [b"k"]))
+
+
+def test_lake_rows_are_cached_per_bucket_until_a_new_lake_snapshot(tmp_path: Path) -> None:
+    """The tablet server reads an expired partition's lake bucket once per lake snapshot: later lookups
+    in it are answered from memory, a new tiering round is seen at once, and a bucket larger than
+    server.historical-partition.lookup-cache.max-rows is not kept (and still answered)."""
+    storage = paimon_storage(tmp_path)
+    info = _info()
+    storage.catalog().create_table(info)
+    tiering = PaimonTiering(storage, info)
+    rows = [{"dt": OLD, "id": i, "v": f"a{i}"} for i in range(60)]
+    tiering.append([upsert(**row) for row in rows])
+    tiering.round()
+    bucket = paimon_bucket_of(info, rows[0])
+    same_bucket = [r for r in rows if paimon_bucket_of(info, r) == bucket]
+    key = table_key_encoder(info).encode_key
+    value = CompactedRowEncoder(info.schema.row_type).encode
+    config = {
+        "datalake.format": "paimon",
+        "datalake.paimon.metastore": "filesystem",
+        "datalake.paimon.warehouse": str(tmp_path / "warehouse"),
+    }
+
+    def look_up(lookup: HistoricalLookup, wanted: list[dict[str, Any]]) -> list[bytes | None]:
+        keys = [key([r["dt"], r["id"], r["v"]]) for r in wanted]
+        return asyncio.run(lookup.lookup(info, HISTORICAL_PARTITION_VALUE, bucket, OLD, keys))
+
+    def encoded(row: dict[str, Any]) -> bytes:
+        return b"\x01\x00" + value([row["dt"], row["id"], row["v"]])  # schema id 1, little-endian
+
+    lookup = HistoricalLookup(config)
+    assert lookup.cache is not None
+    first, second = same_bucket[0], same_bucket[1]
+    assert look_up(lookup, [first]) == [encoded(first)]
+    assert look_up(lookup, [second, {"dt": OLD, "id": 999, "v": None}]) == [encoded(second), None]
+    assert (lookup.cache.misses, lookup.cache.hits, lookup.cache.cached_rows) == (1, 1, len(same_bucket))
+    # a new round changes the key: the next lookup sees the new snapshot, not the cached rows
+    changed = {**first, "v": "b"}
+    tiering.append([upsert(**changed)])
+    tiering.round()
+    assert look_up(lookup, [first]) == [encoded(changed)]
+    assert (lookup.cache.misses, lookup.cache.hits) == (2, 1)
+
+    small = HistoricalLookup({**config, "server.historical-partition.lookup-cache.max-rows": "5"})
+    assert look_up(small, [second]) == look_up(small, [second]) == [encoded(second)]
+    assert small.cache is not None and small.cache.cached_rows == 0 and small.cache.misses == 2
+    assert (
+        HistoricalLookup({**config, "server.historical-partition.lookup-cache.max-rows": "0"}).cache is None
+    )

@@ -286,3 +286,60 @@ def test_compaction_merges_small_files_and_keeps_the_offsets(storage: LakeStorag
     tiering.append([Change({"id": 999, "msg": "m", "amount": None, "day": None})], 0)
     tiering.round()
     check(storage, tiering, ["id"], duck)
+
+
+def data_files_on_disk(storage: LakeStorage, info: Any) -> int:
+    uri = pathlib.Path(storage.catalog().uri(info.table_path))  # type: ignore[attr-defined]
+    pattern = "data/*.lance" if storage.format == "lance" else "*.parquet"
+    return len(list(uri.glob(pattern)))
+
+
+def test_snapshot_expiry_drops_old_versions_and_keeps_what_tiering_and_union_reads_need(
+    storage: LakeStorage, duck: Any
+) -> None:
+    """table.datalake.auto-expire-snapshot's step: after rounds and a compaction, versions older than
+    the cutoff and the files only they held are gone; the latest tiering version (its offsets, its
+    rows, a union read's lake half) stays, and rounds go on from it exactly once."""
+    from datetime import UTC, datetime, timedelta
+
+    from strom.spark.lake_source import read_bucket
+
+    info = info_for(storage, "expired", scenario.EVENTS, buckets=1)
+    storage.catalog().create_table(info)
+    tiering = FlussTiering(storage, info)
+    for r in range(4):
+        tiering.append(
+            [Change({"id": r * 10 + i, "msg": "m", "amount": None, "day": None}) for i in range(3)], 0
+        )
+        tiering.round()
+    committer = storage.committer(info)
+    assert committer.compact(0) is not None
+    before = committer.latest_snapshot()
+    assert before is not None and data_files_on_disk(storage, info) == 5
+    # a cutoff before every version, or keeping them all, expires nothing
+    assert committer.expire_snapshots(datetime.now(UTC) - timedelta(hours=1)) == 0
+    assert committer.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1), retain_last=100) == 0
+    assert data_files_on_disk(storage, info) == 5
+
+    assert committer.expire_snapshots(datetime.now(UTC) + timedelta(seconds=1)) > 0
+    assert data_files_on_disk(storage, info) == 1  # the compacted file alone
+    uri = storage.catalog().uri(info.table_path)  # type: ignore[attr-defined]
+    with pytest.raises(Exception):  # noqa: B017 - each format has its own "version is gone" error
+        if storage.format == "lance":
+            import lance
+
+            lance.dataset(uri, version=1).to_table()
+        else:
+            from deltalake import DeltaTable
+
+            DeltaTable(uri, version=1).to_pyarrow_table()
+    after = committer.latest_snapshot()
+    assert after is not None and after.bucket_offsets == before.bucket_offsets == {(None, 0): 12}
+    warehouse = storage.properties["warehouse"]
+    lake = (("datalake.format", storage.format), (f"datalake.{storage.format}.warehouse", warehouse))
+    half = read_bucket(lake, info, after.snapshot_id, None, 0, 12, ["id"])
+    assert sorted(half.column("id").to_pylist()) == sorted(r * 10 + i for r in range(4) for i in range(3))
+    check(storage, tiering, ["id"], duck)
+    tiering.append([Change({"id": 999, "msg": "m", "amount": None, "day": None})], 0)
+    tiering.round()
+    check(storage, tiering, ["id"], duck)

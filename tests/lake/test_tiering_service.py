@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import fluss
 import pyarrow as pa
+import pytest
 from harness import Cluster
 from lake_helpers import read_duckdb
 from pyiceberg.catalog import load_catalog
@@ -163,22 +164,7 @@ def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
     session(cluster, create_tables)
     workload = Workload()
     log = tmp_path / "tiering.log"
-    log.touch()
-    for kill_delay in (0.0, 0.25, 0.6, 1.2):
-        session(cluster, workload.write)
-        service = start_tiering(cluster, config, log)
-        try:
-            # let it commit at least one round, give it new data, then kill it somewhere in the next one
-            rounds = log.read_text().count("tiered fluss.")
-            deadline = time.monotonic() + 30
-            while log.read_text().count("tiered fluss.") == rounds:
-                assert time.monotonic() < deadline, "the tiering service made no progress"
-                time.sleep(0.1)
-            session(cluster, workload.write)
-            time.sleep(kill_delay)
-        finally:
-            service.send_signal(signal.SIGKILL)
-            service.wait()
+    kill_loop(cluster, config, log, workload, (0.0, 0.25, 0.6, 1.2))
     session(cluster, workload.write)
     service = start_tiering(cluster, config, log)
     try:
@@ -258,8 +244,29 @@ def test_strom_local_tiers_into_iceberg_with_spark(tmp_path: Path, duck: duckdb.
         process.wait(60)
 
 
+def kill_loop(cluster: Cluster, config: dict[str, str], log: Path, workload: Workload, delays: Any) -> None:
+    """Per delay: start the service, let it tier a round, give it new data, SIGKILL it after the delay
+    (somewhere in its next round)."""
+    log.touch()
+    for kill_delay in delays:
+        session(cluster, workload.write)
+        service = start_tiering(cluster, config, log)
+        try:
+            rounds = log.read_text().count("tiered fluss.")
+            deadline = time.monotonic() + 30
+            while log.read_text().count("tiered fluss.") == rounds:
+                assert time.monotonic() < deadline, "the tiering service made no progress"
+                time.sleep(0.1)
+            session(cluster, workload.write)
+            time.sleep(kill_delay)
+        finally:
+            service.send_signal(signal.SIGKILL)
+            service.wait()
+
+
 def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
-    """The same service and the same tables with the Paimon format, read back with pypaimon."""
+    """The same service and the same tables with the Paimon format, SIGKILLed in a short loop, read
+    back with pypaimon."""
     from pypaimon import CatalogFactory
 
     config = {
@@ -267,12 +274,16 @@ def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
         "datalake.paimon.metastore": "filesystem",
         "datalake.paimon.warehouse": str(tmp_path / "paimon"),
     }
-    cluster: Cluster = cluster_factory(tablet_servers=1, config=config)
+    # KV snapshots every second: PK buckets enter the lake from a snapshot, then their changelog
+    cluster: Cluster = cluster_factory(
+        tablet_servers=1, config={**config, "lake.tiering.job-timeout": "3s", "kv.snapshot.interval": "1s"}
+    )
     session(cluster, create_tables)
     workload = Workload()
+    log = tmp_path / "tiering.log"
+    kill_loop(cluster, config, log, workload, (0.0, 0.4))
     session(cluster, workload.write)
-    session(cluster, workload.write)
-    service = start_tiering(cluster, config, tmp_path / "tiering.log")
+    service = start_tiering(cluster, config, log)
 
     def read(name: str, columns: list[str]) -> list[dict[str, Any]]:
         catalog = CatalogFactory.create({"metastore": "filesystem", "warehouse": str(tmp_path / "paimon")})
@@ -292,3 +303,99 @@ def test_tiering_into_paimon(cluster_factory: Any, tmp_path: Path) -> None:
     finally:
         service.send_signal(signal.SIGTERM)
         service.wait(30)
+
+
+def lake_reads(lake_format: str, properties: dict[str, str]) -> tuple[list[int], dict[int, float] | None]:
+    """fluss.events' ids and fluss.accounts' balances (None for Lance: no PK tables) as the format's
+    own reader sees them."""
+    warehouse = properties.get("warehouse", "")
+    if lake_format == "lance":
+        import lance
+
+        events = lance.dataset(f"{warehouse}/fluss/events.lance").to_table(columns=["id"])
+        return sorted(events["id"].to_pylist()), None
+    if lake_format == "delta":
+        from deltalake import DeltaTable
+
+        events = DeltaTable(f"{warehouse}/fluss/events").to_pyarrow_table(columns=["id"])
+        accounts = DeltaTable(f"{warehouse}/fluss/accounts").to_pyarrow_table(columns=["id", "balance"])
+        return sorted(events["id"].to_pylist()), {r["id"]: r["balance"] for r in accounts.to_pylist()}
+    from pypaimon import CatalogFactory
+
+    catalog = CatalogFactory.create(properties)
+    read: list[Any] = []
+    for name in ("events", "accounts"):
+        builder = catalog.get_table(f"fluss.{name}").new_read_builder()
+        result = builder.new_read().to_arrow(builder.new_scan().plan().splits())
+        read.append([] if result is None else result.to_pylist())
+    return sorted(r["id"] for r in read[0]), {r["id"]: r["balance"] for r in read[1]}
+
+
+@pytest.mark.long  # a Spark start per format; the Iceberg sibling above runs in the suite
+@pytest.mark.parametrize("lake_format", ["paimon", "lance", "delta"])
+def test_strom_local_tiers_into_each_lake_format_with_spark(tmp_path: Path, lake_format: str) -> None:
+    """`strom local --lake-format <format>`, end to end: pyfluss writes, the Spark tiering service
+    tiers, and the format's own reader, found from cluster.json alone, equals Fluss."""
+    data_dir = tmp_path / "data"
+    command = [
+        sys.executable,
+        "-m",
+        "strom",
+        "local",
+        "--data-dir",
+        str(data_dir),
+        "--port",
+        str(free_port()),
+        "--lake-format",
+        lake_format,
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "cluster ready" in line:
+                break
+        cluster_json = json.loads((data_dir / "cluster.json").read_text())
+        lake = cluster_json["datalake"]
+        assert lake["format"] == lake_format
+
+        class Local:
+            bootstrap = cluster_json["bootstrap"]
+
+        async def create(connection: Any) -> None:
+            if lake_format != "lance":
+                await create_tables(connection)
+                return
+            with pytest.raises(Exception, match="primary-key"):
+                await create_tables(connection)  # the log table is created, the PK table refused
+
+        session(Local, create)  # type: ignore[arg-type]
+        workload = Workload()
+        session(Local, workload.write if lake_format != "lance" else write_events(workload))  # type: ignore[arg-type]
+        deadline = time.monotonic() + 180  # Spark's start-up, then a round
+        while True:
+            try:
+                events, accounts = lake_reads(lake_format, lake["properties"])
+            except Exception:  # the lake table or its first version does not exist yet
+                events, accounts = [], {}
+            if events == list(range(workload.next_id)) and accounts in (None, workload.balances):
+                break
+            assert time.monotonic() < deadline, f"the {lake_format} lake never caught up with Fluss"
+            time.sleep(1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+
+
+def write_events(workload: Workload) -> Any:
+    """`Workload.write` for the log table alone (Lance has no PK tables)."""
+
+    async def write(connection: Any) -> None:
+        events = await connection.get_table(fluss.TablePath("fluss", "events"))
+        writer = events.new_append().create_writer()
+        ids = list(range(workload.next_id, workload.next_id + workload.events_per_write))
+        writer.write_arrow(pa.table({"id": pa.array(ids, pa.int64()), "name": [f"e{i}" for i in ids]}))
+        await writer.flush()
+        workload.next_id += workload.events_per_write
+
+    return write

@@ -1,5 +1,7 @@
-"""The Spark data source against a SASL cluster with ACLs: `client.security.*` options log the driver
-and the executors in; what the principal may not do is refused with the server's message."""
+"""The Spark data source against a SASL_SSL cluster with ACLs and mutual TLS: `client.security.*`
+options take the driver and the executors through TLS (trusting the test's CA, presenting a client
+certificate it signed) and log them in; what the principal may not do is refused with the server's
+message."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from harness import Cluster
+from tls_certs import CertificateAuthority
 
 from strom.client import AclBinding, AclEntry, Connection, OperationType, Principal, Resource
 
@@ -19,7 +22,8 @@ JAAS = (
     'user_admin="admin-secret" user_alice="alice-secret";'
 )
 SECURE = {
-    "security.protocol.map": "CLIENT:SASL",
+    "security.protocol.map": "CLIENT:SASL_SSL",
+    "security.ssl.client.auth": "required",
     "security.sasl.plain.jaas.config": JAAS,
     "authorizer.enabled": "true",
     "super.users": "User:admin",
@@ -27,20 +31,36 @@ SECURE = {
 }
 
 
+# the TLS files (made by the fixture): the CA's certificate and a client key store it signed
+TLS: dict[str, str] = {}
+
+
 def login(user: str, password: str) -> dict[str, str]:
     return {
-        "client.security.protocol": "SASL",
+        "client.security.protocol": "SASL_SSL",
         "client.security.sasl.username": user,
         "client.security.sasl.password": password,
+        **TLS,
     }
 
 
-ADMIN, ALICE = login("admin", "admin-secret"), login("alice", "alice-secret")
+ADMIN: dict[str, str] = {}
+ALICE: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module")
 def secure_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    cluster = Cluster(tmp_path_factory.mktemp("spark-secure"), config=SECURE).start()
+    base = tmp_path_factory.mktemp("spark-secure")
+    ca = CertificateAuthority.create(base / "ca")
+    TLS["client.security.ssl.truststore.location"] = str(ca.path)
+    TLS["client.security.ssl.keystore.location"] = str(ca.issue(base / "client.pem", hosts=("spark",)))
+    ADMIN.update(login("admin", "admin-secret"))
+    ALICE.update(login("alice", "alice-secret"))
+    tls = {
+        "security.ssl.keystore.location": str(ca.issue(base / "server.pem")),
+        "security.ssl.truststore.location": str(ca.path),
+    }
+    cluster = Cluster(base / "cluster", config={**SECURE, **tls}).start()
     yield cluster
     cluster.stop()
 

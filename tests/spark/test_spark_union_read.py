@@ -3,6 +3,7 @@ lake, the rest from Fluss, and together they are exactly what Fluss holds."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -272,6 +273,10 @@ def test_streaming_union_read_returns_what_fluss_already_expired(
     assert stream() == list(range(200, 300))
 
 
+# a round of fluss.events that tiered records (not one that found nothing new)
+TIERED_EVENTS = re.compile(r"tiered fluss\.events: \d")
+
+
 def lake_ids(lake_format: str, warehouse: Path) -> list[int]:
     """The ids in fluss.events as the format's own reader sees them."""
     if lake_format == "lance":
@@ -290,9 +295,10 @@ def test_lance_and_delta_tier_exactly_once_across_a_killed_service_and_union_rea
     spark: Any, cluster_factory: Any, tmp_path: Path, lake_format: str
 ) -> None:
     """pyfluss writes a lake-enabled log table of a Lance or Delta cluster (and a primary-key table:
-    refused by Lance, merged by key in Delta); the tiering service is SIGKILLed after its first round
-    and started again; the format's own reader then holds every record once, and a Spark union read
-    takes those from the lake's planned version and the newer ones from Fluss."""
+    refused by Lance, merged by key in Delta); the tiering service is SIGKILLed after its first round,
+    then again in a round, and started again; the format's own reader then holds every record
+    once, and a Spark union read takes those from the lake's planned version and the newer ones from
+    Fluss."""
     warehouse = tmp_path / lake_format
     config = {"datalake.format": lake_format, f"datalake.{lake_format}.warehouse": str(warehouse)}
     cluster: Cluster = cluster_factory(config=config)
@@ -303,7 +309,12 @@ def test_lance_and_delta_tier_exactly_once_across_a_killed_service_and_union_rea
         admin = connection.get_admin()
         await admin.create_table(
             fluss.TablePath("fluss", "events"),
-            fluss.TableDescriptor(fluss.Schema(LOG_SCHEMA), bucket_count=BUCKETS, properties=lake),
+            # compaction and snapshot expiry after every round, between the kills
+            fluss.TableDescriptor(
+                fluss.Schema(LOG_SCHEMA),
+                bucket_count=BUCKETS,
+                properties={**lake, "table.datalake.auto-maintenance": "true"},
+            ),
         )
         try:
             await admin.create_table(
@@ -327,13 +338,27 @@ def test_lance_and_delta_tier_exactly_once_across_a_killed_service_and_union_rea
         balances = {k: float(k) for k in range(30) if k != 4} | {3: 33.0}
     append(cluster.bootstrap, "events", events(range(0, 300)))
     log = tmp_path / "tiering.log"
+    log.touch()
     service = start_tiering(cluster, config, log)
     try:
         wait_for_lake(config, cluster, ["events", *(["accounts"] if balances else [])])
     finally:
         service.send_signal(signal.SIGKILL)
         service.wait(30)
-    append(cluster.bootstrap, "events", events(range(300, 500)))
+    # then killed again in a round: it commits one, gets new records and is killed in the next
+    service = start_tiering(cluster, config, log)
+    try:
+        rounds = len(TIERED_EVENTS.findall(log.read_text()))
+        append(cluster.bootstrap, "events", events(range(300, 400)))
+        deadline = time.monotonic() + 30
+        while len(TIERED_EVENTS.findall(log.read_text())) == rounds:
+            assert time.monotonic() < deadline, "the tiering service made no progress"
+            time.sleep(0.1)
+        append(cluster.bootstrap, "events", events(range(400, 500)))
+        time.sleep(0.4)
+    finally:
+        service.send_signal(signal.SIGKILL)
+        service.wait(30)
     service = start_tiering(cluster, config, log)
     try:
         deadline = time.monotonic() + 60

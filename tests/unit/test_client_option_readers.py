@@ -100,11 +100,14 @@ READERS: dict[str, list[tuple[str, str]]] = {
         ("strom/client/config.py", "username, password = self.security_sasl_username")
     ],
     "security_sasl_password": [("strom/client/config.py", "self.security_sasl_password")],
-    # ClientConfig.tls turns the trust store into the TLS context the connection pool connects with
+    # ClientConfig.tls turns the trust store and key store into the TLS context the connection pool
+    # connects with
     "security_ssl_truststore_location": [
-        ("strom/client/config.py", "TlsFiles(truststore=self.security_ssl_truststore_location)"),
+        ("strom/client/config.py", "self.security_ssl_truststore_location,"),
         ("strom/client/connection.py", "tls=client_config.tls"),
     ],
+    "security_ssl_keystore_location": [("strom/client/config.py", "self.security_ssl_keystore_location,")],
+    "security_ssl_key_password": [("strom/client/config.py", "self.security_ssl_key_password,")],
 }
 
 FIELDS = [f.name for f in dataclasses.fields(ClientConfig) if f.name != "properties"]

@@ -11,6 +11,7 @@ from strom.common.partition import (
     parse_partition_name,
     partition_name,
     partition_qualified_name,
+    validate_auto_partition_time,
     validate_partition_spec,
     validate_time_format,
 )
@@ -109,3 +110,22 @@ def test_is_valid_partition_time() -> None:
     assert not is_valid_partition_time("20245", AutoPartitionTimeUnit.QUARTER)
     assert is_valid_partition_time("2024-05-31", AutoPartitionTimeUnit.DAY, "yyyy-MM-dd")
     assert not is_valid_partition_time("2024053124", AutoPartitionTimeUnit.HOUR)
+
+
+def test_created_auto_partitions_must_match_the_pattern_and_be_retained() -> None:
+    path = TablePath("db", "t")
+    now = datetime(2026, 3, 15, 12, 0)
+    auto = {"table.auto-partition.enabled": "true", "table.auto-partition.time-unit": "DAY"}
+    keep_two = {**auto, "table.auto-partition.num-retention": "2", "table.auto-partition.time-zone": "UTC"}
+    validate_auto_partition_time(path, ["dt"], {"dt": "20260313"}, keep_two, now)  # the oldest kept
+    validate_auto_partition_time(path, ["dt"], {"dt": "20260320"}, keep_two, now)
+    with pytest.raises(
+        PartitionSpecInvalidError, match=r"'20260312' of table db\.t is out-of-date.*'20260313'"
+    ):
+        validate_auto_partition_time(path, ["dt"], {"dt": "20260312"}, keep_two, now)
+    with pytest.raises(PartitionSpecInvalidError, match="expected format 'yyyyMMdd'"):
+        validate_auto_partition_time(path, ["dt"], {"dt": "2026-03-12"}, keep_two, now)
+    # no retention, or no auto-partitioning: any old value may be created
+    forever = {**auto, "table.auto-partition.num-retention": "-1"}
+    validate_auto_partition_time(path, ["dt"], {"dt": "19990101"}, forever, now)
+    validate_auto_partition_time(path, ["dt"], {"dt": "anything"}, {}, now)

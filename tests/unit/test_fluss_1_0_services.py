@@ -63,6 +63,14 @@ def test_dynamic_config_applies_live_options_and_refuses_the_rest() -> None:
         ((key, "x", 0), "Cannot parse"),
         ((key, "2", 2), "APPEND/SUBTRACT"),
         ((key, "2", 9), "Unsupported config operation type 9"),
+        # the disk-full ratios are checked as a pair against each other (the other at its default)
+        (("server.data-disk.write-recover-ratio", "0.9", 0), "0 < recover < limit <= 1"),
+        (("server.data-disk.write-limit-ratio", "1.5", 0), "0 < recover < limit <= 1"),
     ):
         with pytest.raises(ConfigError, match=message):
             altered({}, [change])
+    lowered: list[tuple[str, str | None, int]] = [
+        ("server.data-disk.write-recover-ratio", "0.6", 0),
+        ("server.data-disk.write-limit-ratio", "0.7", 0),
+    ]
+    assert altered({}, lowered)["server.data-disk.write-limit-ratio"] == "0.7"

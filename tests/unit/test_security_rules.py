@@ -108,6 +108,22 @@ def test_filters_and_stored_form_round_trip() -> None:
     assert AclFilter.from_pb(AclFilter(principal=ALICE, resource_name="shop.orders").to_pb()).matches(binding)
 
 
+def test_kafka_groups_are_resources_under_the_cluster_only() -> None:
+    authorizer = Authorizer()
+    grant(authorizer, ALICE, OperationType.READ, Resource.of(ResourceType.GROUP, "billing"))
+    grant(authorizer, ALICE, OperationType.ALL, Resource.database("kafka"))  # not a group's parent
+    grant(authorizer, BOB, OperationType.DESCRIBE, Resource.cluster())
+    assert authorizer.is_authorized(ALICE, "h", OperationType.READ, Resource.group("billing"))
+    assert not authorizer.is_authorized(ALICE, "h", OperationType.READ, Resource.group("audit"))
+    assert authorizer.is_authorized(BOB, "h", OperationType.DESCRIBE, Resource.group("audit"))
+    assert Resource.group("billing").acl_owner() == Resource.cluster()  # who may manage its ACLs
+    binding = AclBinding(Resource.group("a.b-c"), AclEntry(ALICE, "*", OperationType.READ))
+    assert AclBinding.from_pb(binding.to_pb()) == binding  # the group id travels as it is
+    for bad in ("a/b", ".."):
+        with pytest.raises(InvalidConfigError, match="cannot name a group"):
+            Resource.of(ResourceType.GROUP, bad)
+
+
 def test_invalid_bindings_are_refused_with_the_rule() -> None:
     with pytest.raises(InvalidConfigError, match=r"database\.table"):
         Resource.of(ResourceType.TABLE, "orders")

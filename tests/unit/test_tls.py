@@ -92,6 +92,45 @@ def test_tls_listener_accepts_trusted_and_refuses_wrong_or_expired_certificates(
         )
 
 
+def test_mutual_tls_verifies_client_certificates(tmp_path: Path) -> None:
+    ca = CertificateAuthority.create(tmp_path / "ca")
+    other_ca = CertificateAuthority.create(tmp_path / "other", "other-ca")
+    server_files = TlsFiles(str(ca.issue(tmp_path / "server.pem")), None, str(ca.path))
+    required = server_context(server_files, "security.ssl", "required")
+
+    def client(keystore: Path | None) -> ssl.SSLContext:
+        settings = {
+            "bootstrap.servers": "127.0.0.1:1",
+            "client.security.protocol": "SSL",
+            "client.security.ssl.truststore.location": str(ca.path),
+        }
+        if keystore is not None:
+            settings["client.security.ssl.keystore.location"] = str(keystore)
+        tls = ClientConfig.of(settings).tls
+        assert tls is not None
+        return tls
+
+    signed = client(ca.issue(tmp_path / "client.pem", hosts=("client-1",)))
+    assert asyncio.run(handshake(required, signed)) == ServerType.TABLET_SERVER
+    # no certificate, or one from a CA the server does not trust: the server closes the connection
+    for refused in (client(None), client(other_ca.issue(tmp_path / "stranger.pem", hosts=("x",)))):
+        with pytest.raises(
+            FlussError, match=r"security\.ssl\.client\.auth refuses clients without a certificate"
+        ):
+            asyncio.run(handshake(required, refused))
+    # requested: a certificate is checked when given, not needed
+    requested = server_context(server_files, "security.ssl", "requested")
+    assert asyncio.run(handshake(requested, client(None))) == ServerType.TABLET_SERVER
+    # a client's own expired certificate is refused before it connects
+    with pytest.raises(ClientConfigError, match=r"keystore\.location .*expired"):
+        client(ca.issue(tmp_path / "old.pem", hosts=("client-1",), expired=True))
+    # a mode that is not one, and client certificates without a trust store to check them with
+    with pytest.raises(InvalidConfigError, match=r"client\.auth must be one of none, requested, required"):
+        server_context(server_files, "security.ssl", "always")
+    with pytest.raises(InvalidConfigError, match=r"needs security\.ssl\.truststore\.location"):
+        server_context(TlsFiles(server_files.keystore), "security.ssl", "required")
+
+
 def test_the_tiering_service_speaks_tls_when_the_internal_listener_does() -> None:
     """What `strom local` hands the tiering service (and the Spark connector takes as client.* options)."""
     servers = {"security.protocol.map": "FLUSS:SSL", "security.ssl.truststore.location": "/ca.pem"}
@@ -107,3 +146,11 @@ def test_the_tiering_service_speaks_tls_when_the_internal_listener_does() -> Non
     }
     assert client_properties(sasl)["client.security.protocol"] == "SASL_SSL"
     assert client_properties({"security.protocol.map": "FLUSS:PLAINTEXT"}) == {}
+    # mutual TLS: the servers' key store is the cluster's client certificate
+    mutual = {**servers, "security.ssl.keystore.location": "/server.pem", "security.ssl.key.password": "k"}
+    assert client_properties(mutual) == {
+        "client.security.protocol": "SSL",
+        "client.security.ssl.truststore.location": "/ca.pem",
+        "client.security.ssl.keystore.location": "/server.pem",
+        "client.security.ssl.key.password": "k",
+    }

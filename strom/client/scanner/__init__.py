@@ -3,6 +3,7 @@ KV snapshots and the current rows of primary-key table buckets."""
 
 from strom.client.scanner.bucket_state import merge_changes, read_bucket_state
 from strom.client.scanner.filter import ColumnRef, Filter, col
+from strom.client.scanner.kv_scanner import KvScanner
 from strom.client.scanner.log_fetcher import EARLIEST_OFFSET
 from strom.client.scanner.log_scanner import LogScanner
 from strom.client.scanner.scan_records import ScanBatch, ScanRecord, ScanRecords
@@ -15,6 +16,7 @@ __all__ = [
     "BucketSnapshot",
     "ColumnRef",
     "Filter",
+    "KvScanner",
     "LogScanner",
     "ScanBatch",
     "ScanRecord",

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from strom.common.file_io import load_file_io
-from strom.record.log_batch import LOG_OVERHEAD, V0_HEADER_SIZE, iter_batches, read_header
+from strom.record.log_batch import LOG_OVERHEAD, MAX_HEADER_SIZE, V0_HEADER_SIZE, iter_batches, read_header
 from strom.rpc.gen import fluss_api_pb2 as pb
 
 __all__ = ["REMOTE_READ_BYTES", "RemoteLogReader", "remote_segment_path"]
@@ -181,7 +181,7 @@ def _read_batches(path: Path, start: int, fetch_offset: int) -> bytes:
         pos = start
         while True:
             f.seek(pos)
-            head = f.read(V0_HEADER_SIZE)
+            head = f.read(MAX_HEADER_SIZE)  # any magic's header
             if len(head) < V0_HEADER_SIZE:
                 return b""
             header = read_header(head)

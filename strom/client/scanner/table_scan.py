@@ -15,6 +15,7 @@ from strom.common.predicate import Predicate, predicate_to_pb
 from strom.rpc.gen import fluss_api_pb2 as pb
 
 if TYPE_CHECKING:
+    from strom.client.scanner.kv_scanner import KvScanner
     from strom.client.scanner.log_scanner import LogScanner
     from strom.client.table import Table
 
@@ -124,6 +125,28 @@ class TableScan:
         from strom.client.scanner.log_scanner import LogScanner
 
         return LogScanner(self.table, self.plan(), self._startup)
+
+    def create_kv_scanner(
+        self,
+        bucket: int,
+        partition_id: int | None = None,
+        *,
+        batch_size_bytes: int | None = None,
+        limit: int | None = None,
+    ) -> KvScanner:
+        """A ScanKv scan of one bucket of a primary-key table: its current rows from a consistent
+        snapshot, page by page (kv_scanner.py). Projection and filter are not applied."""
+        from strom.client.scanner.kv_scanner import DEFAULT_SCAN_BATCH_BYTES, KvScanner
+
+        if self._projection is not None or self._filter is not None:
+            raise ValueError("a KV scan returns whole rows: projection and filter are for log scanners")
+        return KvScanner(
+            self.table,
+            bucket,
+            partition_id,
+            batch_size_bytes=batch_size_bytes or DEFAULT_SCAN_BATCH_BYTES,
+            limit=limit,
+        )
 
     # pyfluss's name for the scanner that returns Arrow; ours returns both records and Arrow.
     create_record_batch_log_scanner = create_log_scanner

@@ -15,8 +15,11 @@ metadata; the staged files are deleted once it landed (or when the round is abor
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -48,6 +51,26 @@ __all__ = ["DeltaLakeCommitter"]
 
 # History entries read at once while looking for the latest tiering commit.
 _HISTORY_PAGE = 50
+
+# Delta's table property for how long removed files stay readable, and its default (Delta's own).
+FILE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+DEFAULT_FILE_RETENTION = timedelta(weeks=1)
+_INTERVAL_UNITS = {
+    "millisecond": timedelta(milliseconds=1),
+    "second": timedelta(seconds=1),
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+    "week": timedelta(weeks=1),
+}
+
+
+def parse_interval(text: str) -> timedelta:
+    """A Delta interval property value (`interval 1 week`, `interval 36 hours`)."""
+    match = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s+([a-z]+?)s?\s*", text.lower())
+    if match is None or match.group(2) not in _INTERVAL_UNITS:
+        raise ValueError(f"Cannot read the Delta interval '{text}' (expected e.g. 'interval 7 days').")
+    return int(match.group(1)) * _INTERVAL_UNITS[match.group(2)]
 
 
 def _properties(entry: Mapping[str, Any]) -> dict[str, str]:
@@ -199,6 +222,50 @@ class DeltaLakeCommitter(LakeCommitter):
         if not metrics.get("numFilesRemoved") or table.version() == before:
             return None
         return int(table.version())
+
+    def expire_snapshots(self, older_than: datetime | None = None, retain_last: int = 1) -> int:
+        """Make versions older than `older_than` unreadable: a "lite" VACUUM deletes the files the log
+        removed before the cutoff (no version after it references them), and log entries past
+        `delta.logRetentionDuration` go at the next checkpoint. The default cutoff is the table's
+        `delta.deletedFileRetentionDuration` (a week by default, as in Delta). How many files were
+        deleted.
+
+        Kept whatever their age: the latest tiering version (restarts resume from its offsets, union
+        reads pin it) and the newest `retain_last` versions. Files of a round still being written are
+        in no log, and a lite VACUUM never deletes such files. Its commits carry the latest tiering
+        offsets, as compaction's do."""
+        if retain_last < 1:
+            raise ValueError("retain_last must be at least 1")
+        table = self._catalog.open(self._info.table_path)
+        latest = self._latest_tiering(table)
+        if latest is None:
+            return 0
+        now_ms = time.time() * 1000
+        if older_than is None:
+            configured = table.metadata().configuration.get(FILE_RETENTION_PROPERTY)
+            age = parse_interval(configured) if configured else DEFAULT_FILE_RETENTION
+            cutoff_ms = now_ms - age.total_seconds() * 1000
+        else:
+            cutoff_ms = older_than.timestamp() * 1000
+        # VACUUM counts whole hours: rounded up, so it never deletes a file removed after the cutoff
+        retention_hours = max(0, math.ceil((now_ms - cutoff_ms) / 3_600_000))
+        newest = [version for version, _, _ in self._history(table)][:retain_last]
+        carried = {k: latest.properties[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
+        removed = table.vacuum(
+            retention_hours=retention_hours,
+            dry_run=False,
+            enforce_retention_duration=False,
+            keep_versions=sorted({latest.snapshot_id, *newest}),
+            full=False,
+            commit_properties=CommitProperties(custom_metadata=carried, max_commit_retries=0),
+        )
+        table = self._catalog.open(self._info.table_path)
+        now_latest = self._latest_tiering(table)
+        if now_latest is not None and now_latest.snapshot_id == table.version():
+            # log entries before the last checkpoint and past delta.logRetentionDuration; the latest
+            # (tiering) version's own entry is never before a checkpoint, so its offsets stay
+            table.cleanup_metadata()
+        return len(removed)
 
     def abort(self, results: Sequence[WriteResult]) -> None:
         delta_results = checked_results(results, DeltaWriteResult, "a Delta", self._info)

@@ -34,7 +34,7 @@ from strom.lake.iceberg.catalog import IcebergLakeCatalog
 from strom.lake.iceberg.deletes import commit_files
 from strom.lake.iceberg.files import delete_quietly
 from strom.lake.iceberg.live_files import load_partition_files
-from strom.lake.iceberg.maintenance import compact_bucket, expire_snapshots
+from strom.lake.iceberg.maintenance import compact_bucket, compact_buckets, expire_snapshots
 from strom.lake.iceberg.writer import IcebergWriteResult, partition_values
 from strom.lake.interface import BucketKey, LakeCommitter, LakeSnapshotInfo, WriteResult
 from strom.lake.offsets import COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY, is_tiering_snapshot
@@ -175,12 +175,23 @@ class IcebergLakeCommitter(LakeCommitter):
     def compact(self, bucket: int, partition_name: str | None = None) -> int | None:
         table = self._load()
         partition = partition_values(table, self._info, bucket, partition_name)
+        return compact_bucket(table, partition, self._carried(table))
+
+    @staticmethod
+    def _carried(table: Table) -> dict[str, str]:
+        """The latest tiering snapshot's offsets, which a compaction snapshot carries on."""
         latest = latest_tiering_snapshot(table)
-        carried: dict[str, str] = {}
-        if latest is not None:
-            props = _properties(latest)
-            carried = {k: props[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
-        return compact_bucket(table, partition, carried)
+        if latest is None:
+            return {}
+        props = _properties(latest)
+        return {k: props[k] for k in (COMMIT_USER_PROPERTY, FLUSS_OFFSETS_PROPERTY)}
+
+    def compact_buckets(self, buckets: Sequence[tuple[int, str | None]]) -> list[int]:
+        """All the buckets' rewrites in one snapshot (one commit and one manifest merge per round)."""
+        table = self._load()
+        partitions = [partition_values(table, self._info, b, name) for b, name in buckets]
+        snapshot = compact_buckets(table, partitions, self._carried(table))
+        return [] if snapshot is None else [snapshot]
 
     def expire_snapshots(self, older_than: datetime | None = None, retain_last: int = 1) -> int:
         table = self._load()

@@ -6,8 +6,8 @@ data), so this module has its own snapshot producer that:
 
 * writes added data files into a data manifest and added position-delete files into a manifest
   whose content is ``deletes`` (the reference's ``s3b`` approach),
-* removes files (compaction) by rewriting the manifests that hold them, with each removed entry
-  marked DELETED in a manifest of its own content type,
+* removes files (compaction) by rewriting the manifests that hold them, merged into one manifest
+  per partition spec and content type, with each removed entry marked DELETED,
 * refuses pyiceberg's automatic retry on a concurrent commit: the committer re-checks offsets and
   referenced files itself, which is what keeps tiering exactly-once.
 
@@ -98,10 +98,17 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
         return manifests
 
     def _existing_manifests(self) -> list[ManifestFile]:
+        """The parent's manifests, those holding removed files merged into one new manifest per
+        partition spec and content: its entries stay EXISTING (with their snapshot id and sequence
+        numbers) and the removed ones are marked DELETED. Merging keeps the manifest count of a
+        compacted table small (each round adds one; compaction would otherwise rewrite them one by
+        one, and every scan plan reads them all)."""
         if self._rewritten is not None:
             return self._rewritten
         result: list[ManifestFile] = []
         removed: list[DataFile] = []
+        # (partition spec id, content) -> entries of the manifests to rewrite
+        rewrite: dict[tuple[int, ManifestContent], list[ManifestEntry]] = {}
         parent = self._parent_snapshot_id
         snapshot = self._transaction.table_metadata.snapshot_by_id(parent) if parent is not None else None
         for manifest in snapshot.manifests(self._io) if snapshot is not None else []:
@@ -114,8 +121,10 @@ class _FilesProducer(_SnapshotProducer["_FilesProducer"]):
             if not any(e.data_file.file_path in self._removed_paths for e in entries):
                 result.append(manifest)
                 continue
-            specs = self._transaction.table_metadata.specs()
-            with self._writer(specs[manifest.partition_spec_id], manifest.content) as writer:
+            rewrite.setdefault((manifest.partition_spec_id, manifest.content), []).extend(entries)
+        specs = self._transaction.table_metadata.specs() if rewrite else {}
+        for (spec_id, content), entries in rewrite.items():
+            with self._writer(specs[spec_id], content) as writer:
                 for entry in entries:
                     gone = entry.data_file.file_path in self._removed_paths
                     if gone:

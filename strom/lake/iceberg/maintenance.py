@@ -1,9 +1,10 @@
 """Lake maintenance for tiered Iceberg tables (``table.datalake.auto-maintenance``, an
 option of Fluss's Iceberg design document).
 
-* `compact_bucket` rewrites the small data files of one bucket's partition into one file, with the
-  position deletes applied and rows kept in ``__offset`` order, and drops the position-delete files
-  that only pointed into the rewritten files. The new snapshot carries the latest tiering
+* `compact_buckets` rewrites the small data files of each given bucket's partition into one file
+  (all of them in one snapshot; `compact_bucket` for one), with the position deletes applied and
+  rows kept in ``__offset`` order, and drops the position-delete files that only pointed into the
+  rewritten files. The new snapshot carries the latest tiering
   snapshot's ``commit-user`` and ``fluss-offsets`` (as Fluss does for its rewrite commits), so a
   restarted tiering job still finds its offsets.
 * `expire_snapshots` removes old snapshots from the metadata and deletes the manifest lists,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +31,7 @@ from strom.lake.iceberg.files import DEFAULT_TARGET_FILE_SIZE, DataFileWriter, d
 from strom.lake.iceberg.live_files import FILE_COLUMN, POS_COLUMN, load_partition_files
 from strom.lake.iceberg.schema import OFFSET_COLUMN
 
-__all__ = ["compact_bucket", "expire_snapshots"]
+__all__ = ["compact_bucket", "compact_buckets", "expire_snapshots"]
 
 DEFAULT_MAX_SNAPSHOT_AGE_MS = 5 * 24 * 60 * 60 * 1000  # history.expire.max-snapshot-age-ms
 
@@ -40,29 +41,46 @@ def compact_bucket(
 ) -> int | None:
     """Rewrite the partition's small files into one; the new snapshot id, or None when there is
     nothing worth doing (fewer than `min_files` small files and no deleted rows among them)."""
-    files = load_partition_files(table, partition)
+    return compact_buckets(table, [partition], properties, min_files)
+
+
+def compact_buckets(
+    table: Table, partitions: Sequence[tuple[Any, ...]], properties: Mapping[str, str], min_files: int = 2
+) -> int | None:
+    """Rewrite the small files of each bucket partition into one file per partition, all in one
+    snapshot (one commit, one merge of the manifests, however many buckets the round touched); the
+    new snapshot id, or None when no partition had anything worth doing."""
     target = int(table.properties.get("write.target-file-size-bytes", DEFAULT_TARGET_FILE_SIZE))
-    small = [f for f in files.data_files if f.data_file.file_size_in_bytes < target]
-    if len(small) < min_files and not any(len(f.deleted) for f in small):
-        return None
-    rows = files.read(table, small)
-    rows = rows.drop_columns([FILE_COLUMN, POS_COLUMN]).sort_by([(OFFSET_COLUMN, "ascending")])
-    writer = DataFileWriter(table, partition, f"{uuid.uuid4().hex[:12]}-compact")
+    writers: list[DataFileWriter] = []
+    added: list[Any] = []
+    removed: list[Any] = []
     try:
-        writer.write(rows.cast(writer.schema))
-        new_files = writer.close()
-        rewritten = {f.path for f in small}
-        # Delete files whose every target is rewritten are dead; the others stay (their sequence
-        # number is below the new file's, so they never apply to it).
-        dead_deletes = [
-            delete_file
-            for delete_file, _ in files.delete_files
-            if _targets(table, delete_file.file_path) <= rewritten
-        ]
-        removed = [f.data_file for f in small] + dead_deletes
-        return commit_files(table, [f.to_data_file() for f in new_files], removed, dict(properties))
+        for partition in dict.fromkeys(partitions):  # each once, in order
+            files = load_partition_files(table, partition)
+            small = [f for f in files.data_files if f.data_file.file_size_in_bytes < target]
+            if len(small) < min_files and not any(len(f.deleted) for f in small):
+                continue
+            rows = files.read(table, small)
+            rows = rows.drop_columns([FILE_COLUMN, POS_COLUMN]).sort_by([(OFFSET_COLUMN, "ascending")])
+            writer = DataFileWriter(table, partition, f"{uuid.uuid4().hex[:12]}-compact")
+            writers.append(writer)
+            writer.write(rows.cast(writer.schema))
+            added.extend(f.to_data_file() for f in writer.close())
+            rewritten = {f.path for f in small}
+            # Delete files whose every target is rewritten are dead; the others stay (their sequence
+            # number is below the new file's, so they never apply to it).
+            removed.extend(f.data_file for f in small)
+            removed.extend(
+                delete_file
+                for delete_file, _ in files.delete_files
+                if _targets(table, delete_file.file_path) <= rewritten
+            )
+        if not added:
+            return None
+        return commit_files(table, added, removed, dict(properties))
     except BaseException:
-        writer.discard()
+        for writer in writers:
+            writer.discard()
         raise
 
 

@@ -15,7 +15,7 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import lance
@@ -40,6 +40,10 @@ __all__ = ["LanceLakeCommitter"]
 
 # The file a local warehouse's committers lock while one of them writes a version.
 COMMIT_LOCK_FILE = "_strom_commit.lock"
+
+# How old a version must be before `expire_snapshots` removes it by default: Lance's own default
+# for `cleanup_old_versions` (two weeks).
+DEFAULT_VERSION_MAX_AGE = timedelta(days=14)
 
 
 class _NotNextVersion(Exception):
@@ -194,6 +198,39 @@ class LanceLakeCommitter(LakeCommitter):
             f"kept taking the next version ({COMMIT_ATTEMPTS} attempts)."
         )
 
+    def expire_snapshots(self, older_than: datetime | None = None, retain_last: int = 1) -> int:
+        """Remove versions older than `older_than` (default: two weeks ago, Lance's default) and the
+        files only they reference; how many were removed.
+
+        Kept whatever their age: the latest tiering version (restarts resume from its offsets, union
+        reads pin it) and every version after it, the newest `retain_last` versions, tagged versions.
+        Files of a round still being written are no version's, and Lance keeps them (it deletes
+        unreferenced files only when asked to, and then only week-old ones)."""
+        if retain_last < 1:
+            raise ValueError("retain_last must be at least 1")
+        dataset = self._catalog.open(self._info.table_path)
+        latest = self._latest_tiering(dataset)
+        if latest is None:
+            return 0
+        versions = sorted(
+            (int(v["version"]), v["timestamp"])
+            for v in dataset.versions()
+            if isinstance(v["timestamp"], datetime)
+        )
+        protected = {version for version, _ in versions[-retain_last:]}
+        protected.update(version for version, _ in versions if version >= latest.snapshot_id)
+        protected.update(int(t["version"]) for t in dataset.tags.list().values())
+        expired = [
+            version
+            for version, stamp in versions
+            if version not in protected and _before(stamp, older_than, DEFAULT_VERSION_MAX_AGE)
+        ]
+        if not expired:
+            return 0
+        with self._local_lock():
+            dataset.cleanup_old_versions(versions=expired, error_if_tagged_old_versions=False)
+        return len(expired)
+
     def abort(self, results: Sequence[WriteResult]) -> None:
         lance_results = checked_results(results, LanceWriteResult, "a Lance", self._info)
         names = {name for r in lance_results for name in r.file_names}
@@ -202,3 +239,15 @@ class LanceLakeCommitter(LakeCommitter):
         dataset = self._catalog.open(self._info.table_path)
         committed = {f.path for fragment in dataset.get_fragments() for f in fragment.metadata.files}
         delete_data_files(self._catalog, self._info.table_path, sorted(names - committed))
+
+
+def _before(stamp: datetime, older_than: datetime | None, default_age: timedelta) -> bool:
+    """Whether a version's timestamp is before the cutoff. Lance stamps versions with naive local
+    times, so an aware cutoff is compared in local time."""
+    if older_than is None:
+        older_than = datetime.now(stamp.tzinfo) - default_age
+    if stamp.tzinfo is None and older_than.tzinfo is not None:
+        older_than = older_than.astimezone().replace(tzinfo=None)
+    elif stamp.tzinfo is not None and older_than.tzinfo is None:
+        older_than = older_than.astimezone()
+    return stamp < older_than

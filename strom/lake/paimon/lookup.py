@@ -18,6 +18,7 @@ import pyarrow as pa
 from strom.common.table_descriptor import TableInfo
 from strom.lake.paimon.storage import PaimonLakeStorage
 from strom.record.key_encoder import RowKeyEncoder
+from strom.server.tablet.historical_lookup_cache import HistoricalLookupCache
 from strom.server.tablet.kv.recovery import table_key_encoder
 
 
@@ -30,18 +31,32 @@ class PaimonLakeLookuper:
         self._key: RowKeyEncoder = table_key_encoder(info)
         self._columns = [c.name for c in info.schema.columns]
 
-    def lookup(self, partition_name: str, bucket: int, keys: Sequence[bytes]) -> list[list[Any] | None]:
-        """For each encoded key, the lake's row (values in the table's column order), or None."""
-        wanted = set(keys)
-        found: dict[bytes, list[Any]] = {}
-        for row in self._rows(partition_name, bucket):
-            key = self._key.encode_key(row)
-            if key in wanted:
-                found[key] = row
+    def lookup(
+        self,
+        partition_name: str,
+        bucket: int,
+        keys: Sequence[bytes],
+        cache: HistoricalLookupCache | None = None,
+    ) -> list[list[Any] | None]:
+        """For each encoded key, the lake's row (values in the table's column order), or None.
+        With `cache`, the bucket's rows are read once per lake snapshot."""
+        table = self._storage.catalog().load_table(self.info.table_path)
+        latest = table.snapshot_manager().get_latest_snapshot()
+        if latest is None:
+            return [None] * len(keys)
+        # pinned to the snapshot the cache entry is stamped with, so the entry is exactly that snapshot
+        pinned = table.copy({"scan.snapshot-id": str(latest.id)})
+        if cache is None:
+            found = self._index(pinned, partition_name, bucket)
+        else:
+            entry = (self.info.table_id, self.info.schema_id, partition_name, bucket)
+            found = cache.index(entry, int(latest.id), lambda: self._index(pinned, partition_name, bucket))
         return [found.get(key) for key in keys]
 
-    def _rows(self, partition_name: str, bucket: int) -> list[list[Any]]:
-        table = self._storage.catalog().load_table(self.info.table_path)
+    def _index(self, table: Any, partition_name: str, bucket: int) -> dict[bytes, list[Any]]:
+        return {self._key.encode_key(row): row for row in self._rows(table, partition_name, bucket)}
+
+    def _rows(self, table: Any, partition_name: str, bucket: int) -> list[list[Any]]:
         lake_columns = set(table.field_names)
         builder = table.new_read_builder()
         (partition_key,) = self.info.descriptor.partition_keys

@@ -1917,3 +1917,45 @@ class PbKvSnapshotLeaseForBucket(_message.Message):
     bucket_id: int
     snapshot_id: int
     def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ...) -> None: ...
+
+class PbScanReqForBucket(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id", "limit")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    limit: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ScanKvRequest(_message.Message):
+    __slots__ = ("scanner_id", "bucket_scan_req", "call_seq_id", "batch_size_bytes", "close_scanner")
+    SCANNER_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_SCAN_REQ_FIELD_NUMBER: _ClassVar[int]
+    CALL_SEQ_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_SCANNER_FIELD_NUMBER: _ClassVar[int]
+    scanner_id: bytes
+    bucket_scan_req: PbScanReqForBucket
+    call_seq_id: int
+    batch_size_bytes: int
+    close_scanner: bool
+    def __init__(self, scanner_id: _Optional[bytes] = ..., bucket_scan_req: _Optional[_Union[PbScanReqForBucket, _Mapping]] = ..., call_seq_id: _Optional[int] = ..., batch_size_bytes: _Optional[int] = ..., close_scanner: bool = ...) -> None: ...
+
+class ScanKvResponse(_message.Message):
+    __slots__ = ("error_code", "error_message", "scanner_id", "has_more_results", "records", "log_offset")
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SCANNER_ID_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LOG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    scanner_id: bytes
+    has_more_results: bool
+    records: bytes
+    log_offset: int
+    def __init__(self, error_code: _Optional[int] = ..., error_message: _Optional[str] = ..., scanner_id: _Optional[bytes] = ..., has_more_results: bool = ..., records: _Optional[bytes] = ..., log_offset: _Optional[int] = ...) -> None: ...

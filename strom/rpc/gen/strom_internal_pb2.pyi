@@ -325,3 +325,27 @@ class AllocateAutoIncrementIdsResponse(_message.Message):
     START_FIELD_NUMBER: _ClassVar[int]
     start: int
     def __init__(self, start: _Optional[int] = ...) -> None: ...
+
+class ReportOfflineReplicasRequest(_message.Message):
+    __slots__ = ("server_id", "replicas", "reason")
+    SERVER_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    server_id: int
+    replicas: _containers.RepeatedCompositeFieldContainer[PbOfflineReplica]
+    reason: str
+    def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[PbOfflineReplica, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PbOfflineReplica(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ...) -> None: ...
+
+class ReportOfflineReplicasResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

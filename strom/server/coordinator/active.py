@@ -31,6 +31,7 @@ from strom.server.coordinator.acl_service import AclService
 from strom.server.coordinator.auto_increment_service import AutoIncrementService
 from strom.server.coordinator.auto_partition import AutoPartitionManager
 from strom.server.coordinator.cluster_configs import ClusterConfigService
+from strom.server.coordinator.cluster_health import get_cluster_health
 from strom.server.coordinator.cluster_status import describe_cluster
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.failure_detector import FailureDetector
@@ -41,10 +42,12 @@ from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.liveness import Liveness
 from strom.server.coordinator.membership import LiveServer, Membership
 from strom.server.coordinator.metadata_service import MetadataService
+from strom.server.coordinator.orphan_files import OrphanFileCleaner
 from strom.server.coordinator.producer_offsets import ProducerOffsetsService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
 from strom.server.dynamic_config import DynamicConfig
+from strom.server.server_options import remote_data_dir
 from strom.server.store.base import MetadataStore, TableRecord
 from strom.server.store.ordered import OrderedStore
 
@@ -88,6 +91,8 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.LIST_ACLS: lambda c: c.acls.list_acls,
     ApiKey.DROP_ACLS: lambda c: c.acls.drop_acls,
     ApiKey.DESCRIBE_CLUSTER: lambda c: functools.partial(describe_cluster, c),
+    ApiKey.GET_CLUSTER_HEALTH: lambda c: functools.partial(get_cluster_health, c),
+    ApiKey.ALTER_DATABASE: lambda c: c.metadata.alter_database,
     ApiKey.ADD_SERVER_TAG: lambda c: c.rebalance.add_server_tag,
     ApiKey.REMOVE_SERVER_TAG: lambda c: c.rebalance.remove_server_tag,
     ApiKey.REBALANCE: lambda c: c.rebalance.rebalance,
@@ -96,6 +101,7 @@ HANDLERS: dict[ApiKey, Callable[[ActiveCoordinator], Handler]] = {
     ApiKey.REGISTER_TABLET_SERVER: lambda c: c.liveness.register,
     ApiKey.TABLET_SERVER_HEARTBEAT: lambda c: c.liveness.heartbeat,
     ApiKey.CONTROLLED_SHUTDOWN: lambda c: c.controlled_shutdown,
+    ApiKey.REPORT_OFFLINE_REPLICAS: lambda c: c.controller.report_offline_replicas,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS: lambda c: c.auto_increment.allocate,
     ApiKey.ACQUIRE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.acquire,
     ApiKey.RELEASE_KV_SNAPSHOT_LEASE: lambda c: c.kv_snapshot_leases.release,
@@ -198,6 +204,16 @@ class ActiveCoordinator:
         self.cluster_configs.load()
         self.acls: AclService = AclService(store, security)  # loads the ACLs into the process's authorizer
         self.metadata.on_table_dropped = self._table_dropped
+        remote_root = remote_data_dir(self.config)
+        self.orphan_files: OrphanFileCleaner | None = (
+            OrphanFileCleaner(
+                store,
+                remote_root,
+                self.config.get(options.REMOTE_ORPHAN_CLEANUP_GRACE_PERIOD).total_seconds(),
+            )
+            if remote_root
+            else None
+        )
         self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)
         self.metadata.placement_candidates = self.rebalance.placement_candidates
         self.metadata.on_table_altered = self._table_altered
@@ -229,6 +245,10 @@ class ActiveCoordinator:
         supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
         supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
         supervise(self.producer_offsets.cleanup_loop, name="producer-offsets-cleanup", tasks=self._tasks)
+        orphan_interval = self.config.get(options.REMOTE_ORPHAN_CLEANUP_INTERVAL).total_seconds()
+        if self.orphan_files is not None and orphan_interval > 0:
+            orphans = self.orphan_files
+            supervise(lambda: orphans.run(orphan_interval), name="remote-orphan-cleanup", tasks=self._tasks)
         # Nothing is awaited from here until the server routes requests to this coordinator, so the
         # servers' sessions start when they can reach it (not before the pushes above, which take
         # seconds with tens of thousands of buckets).
@@ -385,6 +405,8 @@ class ActiveCoordinator:
         await self.kv_snapshots.drop_table(table_id)
         await self.remote_logs.drop_table(table_id)
         await self.auto_increment.drop_table(table_id)
+        if self.orphan_files is not None:
+            self.orphan_files.wake()  # its remote data has no metadata left: swept now
 
     async def _create_lake_table(self, info: TableInfo) -> None:
         """Lake-enabled tables get their lake table first, so tiering always has somewhere to write."""

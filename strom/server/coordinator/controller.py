@@ -4,6 +4,7 @@ pushes the result to tablet servers (NotifyLeaderAndIsr, StopReplica, UpdateMeta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -336,6 +337,49 @@ class Controller:
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
+
+    async def report_offline_replicas(
+        self, request: internal.ReportOfflineReplicasRequest, ctx: object
+    ) -> internal.ReportOfflineReplicasResponse:
+        """A tablet server's data directory failed and closed the replicas in it: each bucket led
+        there gets a new leader from the rest of its ISR (or waits for one), and the server leaves
+        the ISR and the ELR of every such bucket, since it no longer holds the data. It stays in the
+        replica list: restarted with the directory readable, it catches up and rejoins the ISR."""
+        server_id = request.server_id
+        keys = {
+            (r.table_id, r.partition_id if r.HasField("partition_id") else None, r.bucket_id)
+            for r in request.replicas
+        }
+
+        def not_eligible(a: BucketAssignment) -> BucketAssignment:
+            return dataclasses.replace(a, elr=tuple(r for r in a.elr if r != server_id))
+
+        async with self.lock:
+            live = set(self.membership.servers) - {server_id}
+            before = {
+                a.key: a for a in self.store.list_buckets() if a.key in keys and server_id in a.replicas
+            }
+            stripped = {key: not_eligible(a) for key, a in before.items()}
+            elected = {a.key: a for a in await self._elect_all(list(stripped.values()), {server_id}, live)}
+            changed: list[BucketAssignment] = []
+            for key, old in before.items():
+                # below the minimum ISR the election keeps a removed member eligible (ELR): not this one
+                new = not_eligible(elected.get(key, stripped[key]))
+                if new != old:
+                    if new.bucket_epoch == old.bucket_epoch:
+                        new = dataclasses.replace(new, bucket_epoch=old.bucket_epoch + 1)
+                    changed.append(new)
+            if changed:
+                await self.store.put_buckets(changed)
+            log.warning(
+                "tablet server %d reports %d replica(s) offline (%s): %d bucket(s) changed leadership or ISR",
+                server_id,
+                len(keys),
+                request.reason or "a data directory failed",
+                len(changed),
+            )
+        await self.notify_leadership(changed)
+        return internal.ReportOfflineReplicasResponse()
 
     async def elect_waiting(self, table_id: int) -> None:
         """Try again to elect leaders of this table's leaderless buckets (its options changed)."""

@@ -54,6 +54,17 @@ def leased_snapshot_ids(
     return held
 
 
+def leased_table_ids(store: MetadataStore | OrderedStore) -> set[int]:
+    """The tables of which unexpired leases hold a snapshot."""
+    now = int(time.time() * 1000)
+    held: set[int] = set()
+    for _, value in store.list_documents(_PREFIX):
+        lease = json.loads(value)
+        if lease["expiration_time"] > now:
+            held.update(int(name.split("/", 1)[0]) for name in lease["buckets"])
+    return held
+
+
 def remove_expired_leases(store: MetadataStore) -> None:
     """Forget leases past their expiration (read inside a store transaction)."""
     now = int(time.time() * 1000)

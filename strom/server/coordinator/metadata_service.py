@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from strom.common import config as options
+from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET
 from strom.common.config import Configuration
 from strom.common.errors import (
     DatabaseAlreadyExistError,
     DatabaseNotEmptyError,
     DatabaseNotExistError,
+    InvalidConfigError,
     InvalidDatabaseError,
     InvalidTableError,
     PartitionAlreadyExistsError,
@@ -32,7 +34,7 @@ from strom.common.errors import (
 )
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
-from strom.common.partition import parse_partition_name, validate_partition_spec
+from strom.common.partition import parse_partition_name, validate_auto_partition_time, validate_partition_spec
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import (
     DEFAULT_DATABASE_NAME,
@@ -187,6 +189,48 @@ class MetadataService:
         await self.controller.stop_replicas(dropped, delete=True)
         log.info("dropped database %s (%d tables)", name, len(tables))
         return pb.DropDatabaseResponse()
+
+    async def alter_database(self, request: pb.AlterDatabaseRequest, ctx: object) -> pb.AlterDatabaseResponse:
+        """AlterDatabase (Fluss 1.0, 1060): SET / DELETE custom properties and set the comment (an
+        empty comment removes it). Nothing is stored when nothing changes."""
+        name = request.database_name
+        set_props: dict[str, str] = {}
+        reset: set[str] = set()
+        for change in request.config_changes:
+            if change.op_type == ALTER_CONFIG_SET:
+                if not change.HasField("config_value"):
+                    raise InvalidConfigError(f"Setting property '{change.config_key}' needs a value.")
+                set_props[change.config_key] = change.config_value
+                reset.discard(change.config_key)
+            elif change.op_type == ALTER_CONFIG_DELETE:
+                reset.add(change.config_key)
+                set_props.pop(change.config_key, None)
+            else:
+                raise InvalidConfigError(
+                    f"Unsupported alter database configs op type {change.op_type} (databases take SET "
+                    "and DELETE)."
+                )
+        async with self._ddl_lock:
+            record = self.store.get_database(name)
+            if record is None:
+                if request.ignore_if_not_exists:
+                    return pb.AlterDatabaseResponse()
+                raise DatabaseNotExistError(f"Database '{name}' does not exist.")
+            current = DatabaseDescriptor.from_json_bytes(record.database_json)
+            properties = {
+                k: v for k, v in {**current.custom_properties, **set_props}.items() if k not in reset
+            }
+            comment = current.comment
+            if request.HasField("comment"):
+                comment = request.comment or None
+            if properties == current.custom_properties and comment == current.comment:
+                return pb.AlterDatabaseResponse()
+            altered = DatabaseDescriptor(comment=comment, custom_properties=properties)
+            await self.store.update_database(
+                DatabaseRecord(name, altered.to_json_bytes(), record.created_time, now_ms())
+            )
+        log.info("altered database %s", name)
+        return pb.AlterDatabaseResponse()
 
     async def list_databases(self, request: pb.ListDatabasesRequest, ctx: object) -> pb.ListDatabasesResponse:
         response = pb.ListDatabasesResponse()
@@ -438,6 +482,7 @@ class MetadataService:
         record, descriptor = self._partitioned_table(path)
         spec = {kv.key: kv.value for kv in request.partition_spec.partition_key_values}
         name = PARTITION_SEPARATOR.join(validate_partition_spec(path, descriptor.partition_keys, spec, True))
+        validate_auto_partition_time(path, descriptor.partition_keys, spec, descriptor.properties)
         async with self._ddl_lock:
             if self.store.get_partition(record.table_id, name) is not None:
                 if request.ignore_if_not_exists:  # Fluss's name for "ignore if exists" on this message

@@ -14,7 +14,7 @@ from strom.common.errors import InvalidConfigError
 from strom.rpc.limits import RpcLimits
 from strom.rpc.server import RequestObserver
 from strom.security.layer import SecurityLayer
-from strom.security.listeners import PLAINTEXT, SASL, ListenerSettings
+from strom.security.listeners import ListenerSettings
 from strom.server.kafka.broker import SERVED_VERSIONS, Broker, BrokerContext
 from strom.server.kafka.listener import KAFKA_METRIC_KEY_BASE, KafkaListener
 from strom.server.kafka.messages import ApiKey
@@ -27,8 +27,8 @@ KAFKA_METRIC_NAMES = {KAFKA_METRIC_KEY_BASE + key: f"KAFKA_{ApiKey(key).name}" f
 
 def kafka_listener_names(config: Configuration, listeners: ListenerSettings) -> list[str]:
     """The bound listeners that speak Kafka; [] unless `kafka.enabled`. Refuses what cannot work:
-    no Kafka listener bound, a Kafka listener that is also the internal one, or one mapped to TLS,
-    which the Kafka listener does not serve. SASL (PLAIN) and ACLs apply as on Fluss listeners."""
+    no Kafka listener bound, or a Kafka listener that is also the internal one. TLS, SASL (PLAIN) and
+    ACLs apply as on Fluss listeners."""
     if not config.get(options.KAFKA_ENABLED):
         return []
     wanted = config.get(options.KAFKA_LISTENER_NAMES)
@@ -43,11 +43,6 @@ def kafka_listener_names(config: Configuration, listeners: ListenerSettings) -> 
             raise InvalidConfigError(
                 f"listener {name} cannot be both the internal listener and a Kafka listener"
             )
-        if listeners.protocol(name) not in (PLAINTEXT, SASL):
-            raise InvalidConfigError(
-                f"Kafka listener {name} is mapped to {listeners.protocol(name)}; the Kafka listener serves "
-                "PLAINTEXT and SASL (PLAIN), not TLS"
-            )
     return bound
 
 
@@ -61,7 +56,8 @@ def kafka_listeners(
     security: SecurityLayer | None = None,
 ) -> dict[str, KafkaListener]:
     """One listener per Kafka listener name, sharing one broker; `security` is the server's own layer
-    (SASL users per listener, the authorizer), so Kafka and Fluss clients meet the same rules."""
+    (SASL users per listener, the authorizer, the TLS key store), so Kafka and Fluss clients meet the
+    same rules."""
     context.security = security
     broker = Broker(context)
     return {
@@ -74,6 +70,7 @@ def kafka_listeners(
             observer=observer,
             listener=e.listener,
             security=security,
+            tls=security.settings.tls_for(e.listener) if security is not None else None,
         )
         for e in listeners.bind
         if e.listener in names

@@ -5,9 +5,9 @@ decided by the tablet server's own security layer, the authorizer the Fluss RPC 
 - a topic is the table `<kafka.database>.<topic>`: Produce needs WRITE on it, Fetch READ, Metadata,
   ListOffsets and DescribeConfigs DESCRIBE, DeleteTopics DROP; CreateTopics needs CREATE on the
   database, as Fluss's CreateTable does;
-- Fluss has no group resource, so every consumer group maps to the table that stores the groups'
-  commits, `<kafka.database>.strom-consumer-offsets`, with Kafka's operations: READ to join, sync,
-  heartbeat, leave and commit, DESCRIBE to find the coordinator, fetch offsets and describe;
+- a consumer group is Strom's GROUP resource named by the group id (Fluss has no groups; a grant on
+  the cluster covers every group, as in Kafka), with Kafka's operations: READ to join, sync,
+  heartbeat, leave and commit, DESCRIBE to find the coordinator, fetch offsets, describe and list;
 - an idempotent producer (InitProducerId) needs WRITE on some resource, as Fluss's InitWriter
   without tables does; broker configs need DESCRIBE on the cluster.
 
@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from strom.rpc.server import Session
 from strom.security.acl import OperationType, Resource
 from strom.security.layer import SecurityLayer
-from strom.server.kafka.offsets import OFFSETS_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +40,16 @@ class KafkaAccess:
             and not self.security.is_trusted(session.listener, session.principal)
         )
 
-    def _may(self, session: Session, operation: OperationType, resource: Resource) -> bool:
+    def _may(
+        self, session: Session, operation: OperationType, resource: Resource, quiet: bool = False
+    ) -> bool:
         if not self._checked(session):
             return True
         assert self.security is not None
         if self.security.may(session.principal, session.host, operation, resource):
             return True
+        if quiet:  # a listing leaves it out; nothing was refused
+            return False
         log.warning(
             "refused Kafka request from %s: %s may not %s %s",
             session.peer,
@@ -59,8 +62,8 @@ class KafkaAccess:
     def topic(self, session: Session, operation: OperationType, name: str) -> bool:
         return self._may(session, operation, Resource.table(self.database, name))
 
-    def group(self, session: Session, operation: OperationType) -> bool:
-        return self._may(session, operation, Resource.table(self.database, OFFSETS_TOPIC))
+    def group(self, session: Session, operation: OperationType, group_id: str, quiet: bool = False) -> bool:
+        return self._may(session, operation, Resource.group(group_id), quiet)
 
     def create_topics(self, session: Session) -> bool:
         return self._may(session, OperationType.CREATE, Resource.database(self.database))

@@ -8,6 +8,7 @@ watermark, long-poll fetches); metadata and topic changes go to the coordinator.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from strom.server.kafka.records import (
 )
 from strom.server.tablet.log.writer_state import KAFKA_WRITER_BIT, is_kafka_writer
 from strom.server.tablet.log_service import OFFSET_EARLIEST, OFFSET_LATEST, OFFSET_TIMESTAMP, LogService
+from strom.server.tablet.remote_log import read_remote_batches
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,7 @@ SERVED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.SASL_AUTHENTICATE: (0, 2),
 }
 _GROUP_KEY = 0  # FindCoordinator key type of a consumer group (1 is a transactional id)
+_NO_TRANSACTIONS = "Strom does not support Kafka transactions: drop transactional.id (idempotence works)"
 _TOPIC_RESOURCE = 2
 _BROKER_RESOURCE = 4
 _DEFAULT_CONFIG = 5  # Kafka's ConfigSource.DEFAULT_CONFIG
@@ -339,7 +342,8 @@ class Broker:
             min_bytes=int(request.min_bytes),
         )
         answers: dict[tuple[str, int], dict[str, Any]] = {}
-        asked: dict[tuple[int, int], tuple[str, int, Replica]] = {}  # (table idx, bucket idx) -> ...
+        # (table idx, bucket idx) -> topic, partition, its replica, fetch offset, partition max bytes
+        asked: dict[tuple[int, int], tuple[str, int, Replica, int, int]] = {}
         tables: dict[int, Any] = {}
         for topic in request.topics:
             allowed = self.access.topic(session, _READ, topic.topic)
@@ -360,7 +364,13 @@ class Broker:
                         fluss.tables_req.add(table_id=table_id, projection_pushdown_enabled=False),
                     )
                 t, table_req = tables[table_id]
-                asked[(t, len(table_req.buckets_req))] = (topic.topic, index, replica)
+                asked[(t, len(table_req.buckets_req))] = (
+                    topic.topic,
+                    index,
+                    replica,
+                    int(partition.fetch_offset),
+                    int(partition.partition_max_bytes),
+                )
                 table_req.buckets_req.add(
                     bucket_id=index,
                     fetch_offset=int(partition.fetch_offset),
@@ -371,8 +381,13 @@ class Broker:
             answer = pb.FetchLogResponse.FromString(b"".join(bytes(c) for c in encoded.chunks))
             for t, table in enumerate(answer.tables_resp):
                 for b, bucket in enumerate(table.buckets_resp):
-                    name, index, replica = asked[(t, b)]
-                    answers[(name, index)] = self._fetched(index, bucket, replica)
+                    name, index, replica, offset, max_bytes = asked[(t, b)]
+                    if bucket.HasField("remote_log_fetch_info") and not bucket.error_code:
+                        answers[(name, index)] = await self._fetched_remote(
+                            index, bucket, replica, offset, max_bytes
+                        )
+                    else:
+                        answers[(name, index)] = self._fetched(index, bucket, replica)
         return {
             "throttle_time": 0,
             "error_code": kafka.NONE,
@@ -386,13 +401,37 @@ class Broker:
             ],
         }
 
+    async def _fetched_remote(
+        self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica, offset: int, max_bytes: int
+    ) -> dict[str, Any]:
+        """A fetch below the local log start. A Fluss client is told where the tiered segments are and
+        downloads them itself; a Kafka client knows nothing of remote storage, so the server reads the
+        batches from the segment holding the offset (in a thread: it is file or object-store I/O) and
+        answers with them as with local ones."""
+        remote = replica.remote
+        if remote is None:  # the remote log went away since the read (the replica was stopped)
+            return _fetch_error(index, kafka.NOT_LEADER_OR_FOLLOWER, bucket)
+        try:
+            stored = await asyncio.get_running_loop().run_in_executor(
+                None, read_remote_batches, remote, offset, max(max_bytes, 1)
+            )
+        except OSError as e:
+            log.warning("Kafka fetch of %s-%d at %d: reading remote storage failed: %s",
+                        replica.table, index, offset, e)  # fmt: skip
+            return _fetch_error(index, kafka.KAFKA_STORAGE_ERROR, bucket)
+        if not stored:  # the segment expired meanwhile: the offset is no longer in the log, as Kafka says
+            return _fetch_error(index, kafka.OFFSET_OUT_OF_RANGE, bucket)
+        return self._answer_records(index, bucket, replica, stored)
+
     def _fetched(self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica) -> dict[str, Any]:
         if bucket.HasField("error_code") and bucket.error_code:
             return _fetch_error(index, kafka.kafka_code_of(bucket.error_code), bucket)
-        if bucket.HasField("remote_log_fetch_info"):
-            # Kafka clients cannot read Fluss's remote segments; this listener does not serve them yet
-            return _fetch_error(index, kafka.OFFSET_OUT_OF_RANGE, bucket)
-        records = to_kafka_batches(bucket.records, replica.arrow_schema()) if bucket.records else b""
+        return self._answer_records(index, bucket, replica, bucket.records)
+
+    def _answer_records(
+        self, index: int, bucket: pb.PbFetchLogRespForBucket, replica: Replica, stored: bytes
+    ) -> dict[str, Any]:
+        records = to_kafka_batches(stored, replica.arrow_schema()) if stored else b""
         return {
             "partition_index": index,
             "error_code": kafka.NONE,
@@ -450,8 +489,12 @@ class Broker:
     # ---- InitProducerId
 
     async def init_producer_id(self, request: Any, version: int, session: Session) -> dict[str, Any]:
-        if request.transactional_id is not None:
-            return {"throttle_time": 0, "error_code": kafka.INVALID_REQUEST, "producer_epoch": -1}
+        if request.transactional_id is not None:  # (a client that skipped FindCoordinator)
+            return {
+                "throttle_time": 0,
+                "error_code": kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_epoch": -1,
+            }
         if not self.access.idempotent_write(session):
             return {
                 "throttle_time": 0,
@@ -551,12 +594,16 @@ class Broker:
             "port": -1,
         }
         if getattr(request, "key_type", _GROUP_KEY) != _GROUP_KEY:
+            # A transactional producer asks for its transaction coordinator first. Clients retry
+            # COORDINATOR_NOT_AVAILABLE until their timeout (a hang to the user), but stop at once on
+            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal error in librdkafka and kafka-python
+            # (both tested): no transactional id may be used here, since there are no transactions.
             return {
                 **answer,
-                "error_code": kafka.COORDINATOR_NOT_AVAILABLE,
-                "error_message": "no transactions",
+                "error_code": kafka.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "error_message": _NO_TRANSACTIONS,
             }
-        if not self.access.group(session, _DESCRIBE):
+        if not self.access.group(session, _DESCRIBE, request.key):
             return {**answer, "error_code": kafka.GROUP_AUTHORIZATION_FAILED}
         brokers = self.context.brokers()
         try:
@@ -587,9 +634,11 @@ class Broker:
             raise _unknown_topic(OFFSETS_TOPIC)
         return tables[OFFSETS_TOPIC]
 
-    def _require_group(self, session: Session, operation: OperationType) -> None:
-        if not self.access.group(session, operation):
-            raise GroupError(kafka.GROUP_AUTHORIZATION_FAILED, f"no {operation.name} permission on groups")
+    def _require_group(self, session: Session, operation: OperationType, group_id: str) -> None:
+        if not self.access.group(session, operation, group_id):
+            raise GroupError(
+                kafka.GROUP_AUTHORIZATION_FAILED, f"no {operation.name} permission on group {group_id}"
+            )
 
     async def _coordinate(self, group_id: str) -> Replica:
         """This server's leader replica of the group's offsets bucket, with the group's commits
@@ -603,6 +652,9 @@ class Broker:
                 offsets = await self.offsets.read(replica, group_id)
             except FlussError as e:
                 raise GroupError(kafka.COORDINATOR_LOAD_IN_PROGRESS, e.message) from e
+            except OSError as e:  # remote storage unreadable: the client retries, the log says why
+                log.warning("loading the commits of group %s from remote storage failed: %s", group_id, e)
+                raise GroupError(kafka.COORDINATOR_LOAD_IN_PROGRESS, str(e)) from e
             self.groups.load(group_id, offsets)
             self._loaded[group_id] = replica.leader_epoch
         self.groups.expire_sessions()
@@ -618,7 +670,7 @@ class Broker:
             "members": [],
         }
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             session_timeout = request.session_timeout.total_seconds()
             rebalance = getattr(request, "rebalance_timeout", request.session_timeout).total_seconds()
@@ -647,7 +699,7 @@ class Broker:
 
     async def sync_group(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             assignment, group = await self.groups.sync(
                 request.group_id,
@@ -667,7 +719,7 @@ class Broker:
 
     async def heartbeat(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             await self._coordinate(request.group_id)
             self.groups.heartbeat(request.group_id, int(request.generation_id), request.member_id)
         except GroupError as e:
@@ -681,7 +733,7 @@ class Broker:
         for member_id in ids:
             code = kafka.NONE
             try:
-                self._require_group(session, _READ)
+                self._require_group(session, _READ, request.group_id)
                 await self._coordinate(request.group_id)
                 self.groups.leave(request.group_id, member_id)
             except GroupError as e:
@@ -701,7 +753,7 @@ class Broker:
             for p in t.partitions
         }
         try:
-            self._require_group(session, _READ)
+            self._require_group(session, _READ, request.group_id)
             replica = await self._coordinate(request.group_id)
             self.groups.check_commit(request.group_id, generation, request.member_id)
             if offsets:
@@ -734,7 +786,7 @@ class Broker:
 
     async def offset_fetch(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         try:
-            self._require_group(session, _DESCRIBE)
+            self._require_group(session, _DESCRIBE, request.group_id)
             await self._coordinate(request.group_id)
         except GroupError as e:
             return {"throttle_time": 0, "topics": [], "error_code": e.code}
@@ -768,10 +820,10 @@ class Broker:
 
     async def list_groups(self, request: Any, version: int, session: Session) -> dict[str, Any]:
         mine: list[dict[str, Any]] = []
-        if not self.access.group(session, _DESCRIBE):
-            # every group is the same Fluss resource: without DESCRIBE on it, none is listed
-            return {"throttle_time": 0, "error_code": kafka.NONE, "groups": mine}
         for group in self.groups.groups.values():
+            if not self.access.group(session, _DESCRIBE, group.group_id, quiet=True):
+                continue  # Kafka lists only the groups the caller may describe
+
             try:
                 self._leader(OFFSETS_TOPIC, offsets_bucket(group.group_id))
             except FlussError:
@@ -791,7 +843,7 @@ class Broker:
                 "members": [],
             }
             try:
-                self._require_group(session, _DESCRIBE)
+                self._require_group(session, _DESCRIBE, group_id)
                 await self._coordinate(group_id)
             except GroupError as e:
                 described.append({**entry, "error_code": e.code})

@@ -8,7 +8,9 @@ frames that do not decode, after a log line. A request of an API or version that
 closes the connection too, except ApiVersions, which is answered in version 0 with
 UNSUPPORTED_VERSION and the versions served (Kafka's rule, so the client can retry lower).
 
-On a listener mapped to SASL (or SASL_SSL, minus the TLS, which is not served here) a connection must
+On a listener mapped to SSL or SASL_SSL the connection is TLS, with the server's `security.ssl.*` key
+store (strom/security/tls.py), as on Fluss listeners. On a listener mapped to SASL or SASL_SSL a
+connection must
 authenticate with SaslHandshake v1 and SaslAuthenticate before anything but ApiVersions is answered,
 as a Kafka broker requires; the PLAIN tokens are checked against the listener's users by the tablet
 server's security layer, the one the Fluss listeners use. A failed authentication is answered with
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 import time
 from typing import Any
@@ -63,8 +66,10 @@ class KafkaListener:
         observer: RequestObserver | None = None,
         listener: str = "KAFKA",
         security: SecurityLayer | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.name = name
+        self.tls = tls
         self.listener = listener
         self.security = security
         # SASL before anything else on a SASL listener; elsewhere callers are anonymous, as on Fluss's
@@ -85,8 +90,20 @@ class KafkaListener:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self._port)
-        log.info("%s serves the Kafka protocol on %s:%d", self.name, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._accept,
+            self.host,
+            self._port,
+            ssl=self.tls,
+            ssl_handshake_timeout=self.limits.frame_timeout if self.tls is not None else None,
+        )
+        log.info(
+            "%s serves the Kafka protocol on %s:%d%s",
+            self.name,
+            self.host,
+            self.port,
+            " (TLS)" if self.tls is not None else "",
+        )
 
     async def drain(self, refusal: Any, grace_s: float, finish: frozenset[Any]) -> int:
         """The listener group's graceful stop step (RpcServer.drain). Kafka requests are not refused

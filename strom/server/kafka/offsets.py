@@ -5,12 +5,13 @@ topic schema, `OFFSETS_BUCKETS` buckets, replicated like any table) holds one re
 `group NUL topic NUL partition`, value the offset and metadata as JSON. A group belongs to bucket
 `crc32(group) % OFFSETS_BUCKETS`, and the leader of that bucket is the group's coordinator, so a new
 leader (after a failover) has every acknowledged commit in its log. A coordinator reads a group's
-commits from the bucket the first time it serves the group in its current leader epoch, and writes
-each commit with acks=all before it answers.
+commits from the bucket the first time it serves the group in its current leader epoch (the part of
+the bucket tiered to remote storage included), and writes each commit with acks=all before it answers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import zlib
@@ -25,6 +26,7 @@ from strom.record.log_batch import iter_batches
 from strom.rpc.gen import fluss_api_pb2 as pb
 from strom.rpc.server import RequestContext
 from strom.server.tablet.log_service import LogService, earliest_offset
+from strom.server.tablet.remote_log import read_remote_batches
 from strom.server.tablet.replica_manager import Replica
 
 OFFSETS_TOPIC = "strom-consumer-offsets"
@@ -97,9 +99,15 @@ class OffsetsStore:
             bucket = answer.tables_resp[0].buckets_resp[0]
             if bucket.HasField("error_code") and bucket.error_code:
                 raise error_for_code(bucket.error_code, bucket.error_message)
-            if not bucket.records:
-                break  # below the local log start (tiered away) or nothing more to read
             data = bucket.records
+            if bucket.HasField("remote_log_fetch_info") and replica.remote is not None:
+                # below the local log start: the commits there were tiered to remote storage, and a
+                # group whose last commit is old would lose it if they were skipped
+                data = await asyncio.get_running_loop().run_in_executor(
+                    None, read_remote_batches, replica.remote, offset, _READ_BYTES
+                )
+            if not data:
+                break  # nothing more to read
             for pos, header in iter_batches(data):
                 if header.record_count == 0:
                     offset = max(offset, header.base_offset + header.last_offset_delta + 1)

@@ -88,6 +88,10 @@ class MetadataStore(ABC):
     def list_databases(self) -> list[DatabaseRecord]: ...
 
     @abstractmethod
+    def update_database(self, record: DatabaseRecord) -> None:
+        """Replaces the descriptor and modified time of an existing database (AlterDatabase)."""
+
+    @abstractmethod
     def drop_database(self, name: str) -> None: ...
 
     # tables and schemas

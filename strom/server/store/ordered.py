@@ -75,6 +75,9 @@ class OrderedStore:
     async def create_table(self, record: TableRecord, schema_json: bytes) -> None:
         await self.run(self.store.create_table, record, schema_json)
 
+    async def update_database(self, record: DatabaseRecord) -> None:
+        await self.run(self.store.update_database, record)
+
     async def update_table(self, record: TableRecord) -> None:
         await self.run(self.store.update_table, record)
 

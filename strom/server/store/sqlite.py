@@ -127,6 +127,12 @@ class SqliteMetadataStore(MetadataStore):
     def list_databases(self) -> list[DatabaseRecord]:
         return [DatabaseRecord(*row) for row in self._query("SELECT * FROM databases ORDER BY name")]
 
+    def update_database(self, record: DatabaseRecord) -> None:
+        self._execute(
+            "UPDATE databases SET database_json = ?, modified_time = ? WHERE name = ?",
+            (record.database_json, record.modified_time, record.name),
+        )
+
     def drop_database(self, name: str) -> None:
         self._execute("DELETE FROM databases WHERE name = ?", (name,))
 

@@ -379,6 +379,17 @@ class ZooKeeperMetadataStore(MetadataStore):
             self._fresh()
             return [self._databases[name] for name in sorted(self._databases)]
 
+    def update_database(self, record: DatabaseRecord) -> None:
+        with self.transaction():
+            old = self._databases.get(record.name)
+            if old is None:
+                return
+            updated = DatabaseRecord(
+                record.name, record.database_json, old.created_time, record.modified_time
+            )
+            self._set(self.paths.database(record.name), layout.database_registration(updated))
+            self._put(self._databases, record.name, updated)
+
     def drop_database(self, name: str) -> None:
         with self.transaction():
             if name in self._databases:

@@ -32,7 +32,7 @@ class CleanShutdown:
         """At start (blocking: run it off the event loop): read and remove the record, durably."""
         self.unclean = not self.path.exists()
         if self.unclean:
-            new = not any(self.path.parent.iterdir())
+            new = not any(p.name not in (".lock", ".probe") for p in self.path.parent.iterdir())  # data_dirs
             log.log(
                 logging.INFO if new else logging.WARNING,
                 "no clean-shutdown record in %s (%s): this server's replicas are not eligible to lead "

@@ -8,7 +8,8 @@ encoded as a kv value of the table's current schema, as if Fluss still held it.
 
 The lake reads are blocking and can be slow, so they run in the default executor, and at most
 `MAX_IN_FLIGHT` run at once per tablet server: beyond that the request fails with the retriable
-HISTORICAL_PARTITION_THROTTLED, so lake lookups cannot crowd out normal ones.
+HISTORICAL_PARTITION_THROTTLED, so lake lookups cannot crowd out normal ones. The rows read are kept
+per bucket and lake snapshot in a bounded cache (`strom.server.tablet.historical_lookup_cache`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from strom.common import config as options
-from strom.common.config import DataLakeFormat, KvFormat
+from strom.common.config import Configuration, DataLakeFormat, KvFormat
 from strom.common.errors import (
     HistoricalPartitionThrottledError,
     InvalidTableError,
@@ -30,6 +31,7 @@ from strom.common.errors import (
 from strom.common.partition import HISTORICAL_PARTITION_VALUE
 from strom.common.table_descriptor import TableInfo
 from strom.record.compacted_row import CompactedRowEncoder
+from strom.server.tablet.historical_lookup_cache import HistoricalLookupCache
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,11 @@ class HistoricalLookup:
         self._config = dict(config)
         self._in_flight = 0
         self._storage: Any = None
+        cache_option = options.SERVER_HISTORICAL_PARTITION_LOOKUP_CACHE_MAX_ROWS
+        max_rows = Configuration(self._config).get(cache_option)
+        if max_rows < 0:
+            raise ValueError(f"{cache_option.key} must be 0 (no cache) or more, not {max_rows}")
+        self.cache = HistoricalLookupCache(max_rows) if max_rows > 0 else None
 
     async def lookup(
         self, info: TableInfo, partition_name: str | None, bucket: int, original: str, keys: Sequence[bytes]
@@ -72,14 +79,16 @@ class HistoricalLookup:
         try:
             loop = asyncio.get_running_loop()
             read = self._reader(info)
-            rows = await loop.run_in_executor(None, lambda: read(original, bucket, keys))
+            rows = await loop.run_in_executor(None, lambda: read(original, bucket, keys, self.cache))
         finally:
             self._in_flight -= 1
         encode = CompactedRowEncoder(info.schema.row_type).encode
         prefix = _SCHEMA_ID.pack(info.schema_id)
         return [None if row is None else prefix + encode(row) for row in rows]
 
-    def _reader(self, info: TableInfo) -> Callable[[str, int, Sequence[bytes]], list[list[Any] | None]]:
+    def _reader(
+        self, info: TableInfo
+    ) -> Callable[[str, int, Sequence[bytes], HistoricalLookupCache | None], list[list[Any] | None]]:
         if info.datalake_format is not DataLakeFormat.PAIMON:  # table validation allows Paimon only
             raise InvalidTableError(f"lookups of expired partitions need a Paimon lake ({info.table_path})")
         from strom.lake import lake_storage_from_config

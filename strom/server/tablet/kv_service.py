@@ -1,4 +1,5 @@
-"""The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup and LimitScan on PK tables.
+"""The primary-key APIs of a tablet server: PutKv, Lookup, PrefixLookup, LimitScan and ScanKv on PK
+tables.
 
 PutKv merges each bucket's KvRecordBatch in the bucket's KV tablet and appends the resulting changelog
 to the bucket's log (the write-ahead log of the KV state); RocksDB gets the rows once the changelog is
@@ -22,10 +23,12 @@ from strom.common.errors import (
     CorruptRecordError,
     FlussError,
     InvalidRequiredAcksError,
+    InvalidScanRequestError,
     InvalidTableError,
     LakeStorageNotConfiguredError,
     NonPrimaryKeyTableError,
     NotEnoughReplicasError,
+    StorageError,
     UnknownServerError,
     UnsupportedVersionError,
 )
@@ -39,6 +42,7 @@ from strom.server.tablet.kv.auto_increment import AllocateIds
 from strom.server.tablet.kv.key_rows import KeyRows
 from strom.server.tablet.kv.kv_manager import KvManager
 from strom.server.tablet.kv.kv_tablet import KvTablet
+from strom.server.tablet.kv.scanners import ScannerManager, ScanPage
 from strom.server.tablet.log.log_tablet import AppendResult
 from strom.server.tablet.log_service import (
     LogService,
@@ -77,8 +81,11 @@ class KvService:
         min_in_sync_replicas: int = 1,
         allocate_ids: AllocateIds | None = None,
         historical: HistoricalLookup | None = None,
+        scanners: ScannerManager | None = None,
     ) -> None:
         self.replicas = replicas
+        # ScanKv sessions (None: ScanKv is refused)
+        self.scanners = scanners
         # lookups of expired partitions, read from the lake (None: refused)
         self.historical = historical
         # where auto-increment id ranges come from (the coordinator)
@@ -138,6 +145,7 @@ class KvService:
                 if entry.HasField("partition_id"):
                     result.partition_id = entry.partition_id
                 try:
+                    self.replicas.writable_leader_replica(bucket)
                     replica, kv = await self._leader_kv(bucket, ctx.api_version)
                     if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                         raise NotEnoughReplicasError(
@@ -159,6 +167,8 @@ class KvService:
                 except FlussError as e:
                     if isinstance(e, CorruptRecordError):
                         log.warning("refused a PutKv batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                    elif isinstance(e, StorageError):
+                        self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                     _set_error(result, e)
                 except Exception as e:
                     _set_error(result, _unexpected(bucket, "PutKv", e))
@@ -375,6 +385,83 @@ class KvService:
         except Exception as e:
             _set_error(response, _unexpected(bucket, "LimitScan", e))
         return response
+
+    async def scan_kv(self, request: pb.ScanKvRequest, ctx: RequestContext) -> pb.ScanKvResponse:
+        """ScanKv (1061): a page of a consistent full scan of a primary-key bucket (scanners.py)."""
+        response = pb.ScanKvResponse()
+        try:
+            page = await self._scan_page(request, ctx)
+        except FlussError as e:
+            _set_error(response, e)
+            return response
+        except Exception as e:
+            log.exception("ScanKv failed")
+            _set_error(response, UnknownServerError(f"ScanKv failed: {type(e).__name__}: {e}"))
+            return response
+        if page.scanner_id is not None:
+            response.scanner_id = page.scanner_id
+        response.has_more_results = page.has_more
+        if page.values:
+            response.records = build_value_batch(page.values)
+        if page.log_offset is not None:
+            response.log_offset = page.log_offset
+        return response
+
+    async def _scan_page(self, request: pb.ScanKvRequest, ctx: RequestContext) -> ScanPage:
+        scanners = self.scanners
+        if scanners is None:
+            raise InvalidScanRequestError("ScanKv is not enabled on this tablet server")
+        opening = request.HasField("bucket_scan_req")
+        continuing = request.HasField("scanner_id")
+        closing = request.HasField("close_scanner") and request.close_scanner
+        # the request's shape first, as Fluss: a malformed request never opens a snapshot
+        if opening and continuing:
+            raise InvalidScanRequestError("ScanKvRequest must not set both bucket_scan_req and scanner_id.")
+        if opening and closing:
+            raise InvalidScanRequestError(
+                "ScanKvRequest must not set close_scanner together with bucket_scan_req."
+            )
+        if not opening and not continuing:
+            raise InvalidScanRequestError(
+                "ScanKvRequest must have either bucket_scan_req (new scan) or scanner_id (continuation)."
+            )
+        if closing:
+            scanners.close(request.scanner_id, ctx.session.principal)
+            return ScanPage(request.scanner_id, [], False, None)
+        if not request.HasField("batch_size_bytes"):
+            raise InvalidScanRequestError("batch_size_bytes is required for data-fetching scan requests.")
+        if request.batch_size_bytes <= 0:
+            raise InvalidScanRequestError("batch_size_bytes must be greater than 0.")
+        if not request.HasField("call_seq_id"):
+            raise InvalidScanRequestError(
+                "call_seq_id is required for ScanKV requests to ensure in-order processing."
+            )
+        if continuing:
+            scanner_bucket = scanners.bucket_of(request.scanner_id)
+            is_leader = scanner_bucket is None or self._leads(scanner_bucket)
+            return await scanners.continue_scan(
+                request.scanner_id,
+                request.batch_size_bytes,
+                request.call_seq_id,
+                is_leader,
+                ctx.session.principal,
+            )
+        req = request.bucket_scan_req
+        bucket = TableBucket(
+            req.table_id, req.partition_id if req.HasField("partition_id") else None, req.bucket_id
+        )
+        _, kv = await self._leader_kv(bucket, ctx.api_version)
+        limit = req.limit if req.HasField("limit") else None
+        return await scanners.open(
+            bucket, kv, limit, request.batch_size_bytes, request.call_seq_id, ctx.session.principal
+        )
+
+    def _leads(self, bucket: TableBucket) -> bool:
+        try:
+            self.replicas.leader_replica(bucket)
+        except FlussError:
+            return False
+        return True
 
 
 def _append_order(ctx: RequestContext) -> asyncio.Lock:

@@ -28,6 +28,7 @@ from strom.common.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     SchemaNotExistError,
+    StorageError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
 from strom.common.schema import Schema
@@ -36,13 +37,13 @@ from strom.metrics.tablet import TabletMetrics
 from strom.record.arrow_batch import decode_arrow_batch, project_arrow_batch
 from strom.record.batch_statistics import parse_statistics, statistics_may_match
 from strom.record.log_batch import (
-    LOG_MAGIC_V1,
-    SCHEMA_ID_OFFSET,
-    V1_HEADER_SIZE,
+    LOG_MAGIC_V2,
+    MAGIC_OFFSET,
     LogBatchHeader,
     iter_batches,
     read_header,
     records_offset,
+    schema_id_offset,
 )
 from strom.record.schema_evolution import evolve_arrow_batch
 from strom.rpc.encoded import EncodedResponse
@@ -79,6 +80,14 @@ def first_schema_id(records: bytes | memoryview, offset: int) -> int:
     if len(records) < offset + _SCHEMA_ID.size:
         return -1
     return int(_SCHEMA_ID.unpack_from(records, offset)[0])
+
+
+def _first_log_schema_id(records: bytes | memoryview) -> int:
+    """The schema id of the first log batch of `records`, wherever its magic puts it (-1: unknown)."""
+    if len(records) <= MAGIC_OFFSET:
+        return -1
+    magic = records[MAGIC_OFFSET]
+    return first_schema_id(records, schema_id_offset(magic)) if magic <= LOG_MAGIC_V2 else -1
 
 
 def _set_error(target: object, error: FlussError) -> None:
@@ -173,7 +182,7 @@ class LogService:
         views = _records_views(ctx.body, len(request.buckets_req))
         newest = max(
             (
-                first_schema_id(views[i] if views is not None else e.records, SCHEMA_ID_OFFSET)
+                _first_log_schema_id(views[i] if views is not None else e.records)
                 for i, e in enumerate(request.buckets_req)
             ),
             default=-1,
@@ -185,7 +194,7 @@ class LogService:
             if entry.HasField("partition_id"):
                 result.partition_id = entry.partition_id
             try:
-                replica = self.replicas.leader_replica(bucket)
+                replica = self.replicas.writable_leader_replica(bucket)
                 if replica.table_info.has_primary_key:
                     # its log is the changelog of the KV state: only PutKv may write it
                     raise InvalidTableError(
@@ -215,6 +224,8 @@ class LogService:
             except FlussError as e:
                 if isinstance(e, CorruptRecordError):
                     log.warning("refused a produce batch for %s from %s: %s", bucket, ctx.peer, e.message)
+                elif isinstance(e, StorageError):
+                    self.replicas.storage_failed(self.replicas.replicas.get(bucket), e)
                 _set_error(result, e)
         if waits:
             timeout = max(request.timeout_ms, 1) / 1000
@@ -353,7 +364,7 @@ class LogService:
                 buf = records
                 if (
                     plan.batch_filter is not None
-                    and header.magic == LOG_MAGIC_V1
+                    and header.has_statistics_field
                     and header.schema_id == current_schema  # positions are the current schema's
                     and not self._statistics_may_match(plan, records, pos, header)
                 ):
@@ -385,13 +396,13 @@ class LogService:
 
     @staticmethod
     def _statistics_may_match(plan: _TableRead, records: bytes, pos: int, header: LogBatchHeader) -> bool:
-        """Whether a V1 batch's statistics leave room for a row matching the fetch's filter (stored
+        """Whether a V1 or V2 batch's statistics leave room for a row matching the fetch's filter (stored
         batches were validated on append, so a block that fails to parse now only means: unsure)."""
         assert plan.batch_filter is not None
         try:
             start = records_offset(records, pos, header)
             stats = parse_statistics(
-                records, pos + V1_HEADER_SIZE, start, header.record_count, plan.arrow_schema
+                records, pos + header.header_size, start, header.record_count, plan.arrow_schema
             )
         except CorruptRecordError:
             return True

@@ -25,7 +25,7 @@ from typing import Any
 
 from strom.common.errors import InvalidConfigError
 from strom.common.file_io import load_file_io
-from strom.record.log_batch import V0_HEADER_SIZE, iter_batches, read_header
+from strom.record.log_batch import MAX_HEADER_SIZE, V0_HEADER_SIZE, iter_batches, read_header
 from strom.server.tablet.log.lake_hold import (
     RetentionOutcome,
     Verdict,
@@ -281,7 +281,7 @@ def oldest_schema_id(f: Any) -> int | None:
     pos = 0
     while True:
         f.seek(pos)
-        head = f.read(V0_HEADER_SIZE)
+        head = f.read(MAX_HEADER_SIZE)  # any magic's header
         if len(head) < V0_HEADER_SIZE:
             return found
         header = read_header(head)
@@ -301,7 +301,7 @@ def read_remote_batches(remote: RemoteLog, offset: int, max_bytes: int) -> bytes
         pos = 0
         while True:  # skip the batches below the offset, reading headers only
             f.seek(pos)
-            head = f.read(V0_HEADER_SIZE)
+            head = f.read(MAX_HEADER_SIZE)  # any magic's header
             if len(head) < V0_HEADER_SIZE:
                 return b""
             header = read_header(head)

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from strom.common.errors import FlussError, SchemaNotExistError
+from strom.common.errors import FlussError, SchemaNotExistError, StorageError
 from strom.common.supervision import supervise
 from strom.common.table_bucket import TableBucket
 from strom.rpc.api import ApiKey
@@ -85,11 +85,13 @@ class ReplicaFetcherManager:
         settings: FetcherSettings,
         on_replicated: Callable[[int], None] = lambda size: None,
         on_unknown_schema: Callable[[int], None] = lambda table_id: None,
+        on_storage_error: Callable[[Replica, BaseException], None] = lambda replica, error: None,
     ) -> None:
         self.server_id = server_id
         # a batch of a schema id this server does not know (table id): it missed an AlterTable's
         # UpdateMetadata and must learn the schema from the coordinator, or never catch up again
         self.on_unknown_schema = on_unknown_schema
+        self.on_storage_error = on_storage_error
         self.on_replicated = on_replicated  # bytes appended as a follower (metrics)
         self.pool = pool
         self.address_of = address_of
@@ -323,6 +325,8 @@ class ReplicaFetcherManager:
                     log.warning("follower append of %s failed: %s", replica.bucket, e)
                     if isinstance(e, SchemaNotExistError):
                         self.on_unknown_schema(replica.bucket.table_id)
+                    elif isinstance(e, StorageError):
+                        self.on_storage_error(replica, e)
         return errors, syncs
 
     @staticmethod

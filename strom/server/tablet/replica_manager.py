@@ -29,6 +29,7 @@ from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableInfo
 from strom.record.batch_validation import BatchCheck, log_batch_check
+from strom.server.tablet.data_dirs import DataDir, DataDirs, OfflineDirError, is_disk_failure
 from strom.server.tablet.durable_file import write_file_durably
 from strom.server.tablet.log.leader_epoch import EpochEntry
 from strom.server.tablet.log.log_config import LogConfig
@@ -58,6 +59,8 @@ class Replica:
     directory: Path
     table_info: TableInfo
     log: LogTablet | None = None
+    # the data directory (one of `data.dirs`) this replica's files lie in
+    data_root: Path | None = None
     leader: int | None = None
     leader_epoch: int = -1
     replicas: tuple[int, ...] = ()
@@ -324,9 +327,11 @@ TRASH_DIR = "deleted.trash"
 
 
 class ReplicaManager:
-    def __init__(self, server_id: int, data_dir: Path, log_config: Callable[[TableInfo], LogConfig]) -> None:
+    def __init__(
+        self, server_id: int, data_dir: Path | DataDirs, log_config: Callable[[TableInfo], LogConfig]
+    ) -> None:
         self.server_id = server_id
-        self.data_dir = data_dir
+        self.data_dirs = data_dir if isinstance(data_dir, DataDirs) else DataDirs([data_dir])
         self.log_config = log_config
         self.replicas: dict[TableBucket, Replica] = {}
         # tables whose last replica here was deleted (dropped): requests for them are for no bucket
@@ -335,6 +340,8 @@ class ReplicaManager:
         self.on_leader: Callable[[Replica], None] = lambda replica: None
         self.on_follower: Callable[[Replica], None] = lambda replica: None
         self.on_stopped: Callable[[Replica], None] = lambda replica: None
+        # a data directory failed (the tablet server takes it offline and tells the coordinator)
+        self.on_dir_failed: Callable[[Path, str], None] = lambda root, reason: None
         # a new replica's log opens in an executor (`take_leadership`), in batches whose file syncs
         # run together (replica_opener.py: one at a time, 2,048 new buckets took ~40 s); one bucket's
         # files are opened by one caller at a time (the future of that open, here), so two notices of
@@ -342,6 +349,65 @@ class ReplicaManager:
         self._opening: dict[TableBucket, asyncio.Future[None]] = {}
         self._opener: ReplicaOpener[LogTablet] = ReplicaOpener()
         self._stopped_while_opening: set[TableBucket] = set()
+
+    @property
+    def data_dir(self) -> Path:
+        """The first data directory (the only one without `data.dirs`)."""
+        return self.data_dirs.first
+
+    def _place(
+        self, database: str, table: str, bucket: TableBucket, partition_name: str | None
+    ) -> tuple[DataDir, Path]:
+        """The data directory and replica directory of a replica new to this process: where its files
+        already are (a restart), else in the least-used online directory. Counted at once, so buckets
+        opening concurrently spread over the directories."""
+        relative = replica_directory(self.data_dir, database, table, bucket, partition_name).relative_to(
+            self.data_dir
+        )
+        root = self.data_dirs.holding(relative)
+        if root is not None and not root.online:
+            raise OfflineDirError(
+                f"the replica of {bucket} lies in data directory {root.path}, which is offline "
+                f"({root.offline_reason})"
+            )
+        if root is None:
+            root = self.data_dirs.choose()
+        root.replicas += 1
+        return root, replica_directory(root.path, database, table, bucket, partition_name)
+
+    def _unplace(self, root: Path | None) -> None:
+        if root is not None:
+            d = self.data_dirs.get(root)
+            d.replicas = max(0, d.replicas - 1)
+
+    def replicas_in(self, root: Path) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.data_root == root]
+
+    def storage_failed(self, replica: Replica | None, error: BaseException) -> None:
+        """An operation on `replica`'s files failed: when the error says the disk is broken (EIO, a
+        read-only file system...), its data directory fails (`on_dir_failed`)."""
+        if replica is not None and replica.data_root is not None and is_disk_failure(error):
+            self.on_dir_failed(replica.data_root, str(error))
+
+    def take_dir_offline(self, root: Path, reason: str) -> list[Replica] | None:
+        """Mark a data directory offline and close the replicas in it (without syncing: the disk is
+        broken); they are gone from this server until it restarts. None when it was offline already."""
+        if not self.data_dirs.mark_offline(root, reason):
+            return None
+        gone = self.replicas_in(root)
+        for replica in gone:
+            del self.replicas[replica.bucket]
+            self._unplace(root)
+            replica.give_up_leadership(f"lies in the failed data directory {root}")
+            try:
+                self.on_stopped(replica)
+            except Exception:
+                log.exception("stopping %s of the failed data directory %s", replica.bucket, root)
+            try:
+                replica.release()
+            except Exception as e:  # a broken disk may refuse even a close
+                log.warning("closing %s of the failed data directory %s: %s", replica.bucket, root, e)
+        return gone
 
     def get(self, bucket: TableBucket) -> Replica:
         replica = self.replicas.get(bucket)
@@ -360,6 +426,13 @@ class ReplicaManager:
                 f"server {self.server_id} is not the leader of {bucket}"
                 + (f" (the leader is server {leader})" if leader is not None else "")
             )
+        return replica
+
+    def writable_leader_replica(self, bucket: TableBucket) -> Replica:
+        """`leader_replica` for a client write: refused with DISK_WRITE_LOCKED while the replica's data
+        directory is write-locked (its disk nearly full), or with a storage error while it is offline."""
+        replica = self.leader_replica(bucket)
+        self.data_dirs.check_writable(replica.data_root, f"the write to {bucket} is refused")
         return replica
 
     @contextlib.asynccontextmanager
@@ -394,8 +467,9 @@ class ReplicaManager:
         the event loop. Several buckets open at once; one bucket's opens follow each other."""
         async with self._opening_files(bucket):
             opened: LogTablet | None = None
+            placed: DataDir | None = None
             if bucket not in self.replicas and self.server_id in replicas:
-                directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
+                placed, directory = self._place(database, table, bucket, partition_name)
                 self._stopped_while_opening.discard(bucket)
                 config = self.log_config(table_info)
 
@@ -420,10 +494,15 @@ class ReplicaManager:
                         raise
                     return tablet
 
-                opened = await self._opener.open(open_replica, LogTablet.close)
+                try:
+                    opened = await self._opener.open(open_replica, LogTablet.close)
+                except BaseException:
+                    self._unplace(placed.path)
+                    raise
                 if bucket in self._stopped_while_opening:  # stopped (or dropped) while its files opened
                     self._stopped_while_opening.discard(bucket)
                     opened.close()
+                    self._unplace(placed.path)
                     raise UnknownTableOrBucketError(f"{bucket} was stopped on this server while it opened")
             try:
                 return self.become_leader_or_follower(
@@ -438,10 +517,12 @@ class ReplicaManager:
                     isr=isr,
                     bucket_epoch=bucket_epoch,
                     opened_log=opened,
+                    placed=placed,
                 )
             except BaseException:
                 if opened is not None and bucket not in self.replicas:
                     opened.close()
+                    self._unplace(placed.path if placed is not None else None)
                 raise
 
     async def log_on_disk(self, bucket: TableBucket) -> LogTablet | None:
@@ -472,8 +553,14 @@ class ReplicaManager:
         table_glob = f"*/*-{bucket.table_id}"
         if bucket.partition_id is not None:
             table_glob += f"/*-p{bucket.partition_id}"
-        for directory in self.data_dir.glob(f"{table_glob}/bucket-{bucket.bucket}"):
-            if directory.relative_to(self.data_dir).parts[0] == TRASH_DIR or not (directory / "log").is_dir():
+        found = (
+            (root.path, directory)
+            for root in self.data_dirs.dirs
+            if root.online
+            for directory in root.path.glob(f"{table_glob}/bucket-{bucket.bucket}")
+        )
+        for root_path, directory in found:
+            if directory.relative_to(root_path).parts[0] == TRASH_DIR or not (directory / "log").is_dir():
                 continue
             try:
                 meta = json.loads((directory / "replica.json").read_bytes())
@@ -502,6 +589,7 @@ class ReplicaManager:
         isr: tuple[int, ...],
         bucket_epoch: int,
         opened_log: LogTablet | None = None,
+        placed: DataDir | None = None,
     ) -> Replica:
         if self.server_id not in replicas:
             raise UnknownTableOrBucketError(
@@ -510,12 +598,20 @@ class ReplicaManager:
         replica = self.replicas.get(bucket)
         if replica is None:
             self.deleted_tables.discard(bucket.table_id)
-            directory = replica_directory(self.data_dir, database, table, bucket, partition_name)
-            if opened_log is None:  # else take_leadership did this in an executor
-                directory.mkdir(parents=True, exist_ok=True)
-                _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
+            if placed is None:  # else take_leadership placed it, and opened its files in an executor
+                placed, directory = self._place(database, table, bucket, partition_name)
+                try:
+                    directory.mkdir(parents=True, exist_ok=True)
+                    _ensure_replica_meta(directory / "replica.json", bucket, database, table, partition_name)
+                    opened_log = LogTablet.open(directory / "log", self.log_config(table_info))
+                except BaseException:
+                    self._unplace(placed.path)
+                    raise
+            else:
+                directory = replica_directory(placed.path, database, table, bucket, partition_name)
             replica = Replica(bucket, database, table, partition_name, directory, table_info)
-            replica.log = opened_log or LogTablet.open(directory / "log", self.log_config(table_info))
+            replica.data_root = placed.path
+            replica.log = opened_log
             self.replicas[bucket] = replica
         elif leader_epoch < replica.leader_epoch:
             raise FencedLeaderEpochError(
@@ -574,6 +670,7 @@ class ReplicaManager:
         if delete and replica is not None and not any(b.table_id == bucket.table_id for b in self.replicas):
             self.deleted_tables.add(bucket.table_id)
         if replica is not None:
+            self._unplace(replica.data_root)
             replica.give_up_leadership("is no longer on this server")
             self.on_stopped(replica)
             if delete:
@@ -581,19 +678,20 @@ class ReplicaManager:
             else:
                 replica.close()
         if replica is not None and delete:
-            self._move_to_trash(replica.directory)
+            root = replica.data_root or self.data_dir
+            self._move_to_trash(root, replica.directory)
             # drop now-empty table/partition directories left behind
             for parent in (replica.directory.parent, replica.directory.parent.parent):
-                if parent != self.data_dir and parent.is_dir() and not any(parent.iterdir()):
+                if parent != root and parent.is_dir() and not any(parent.iterdir()):
                     parent.rmdir()
         return replica
 
-    def _move_to_trash(self, directory: Path) -> None:
+    def _move_to_trash(self, root: Path, directory: Path) -> None:
         """Take a deleted replica's directory away at once (one rename, cheap on the event loop, and a
         replica created again in its place starts empty); `purge_trash` deletes the files later."""
         if not directory.exists():
             return
-        trash = self.data_dir / TRASH_DIR
+        trash = root / TRASH_DIR
         try:
             trash.mkdir(exist_ok=True)
             directory.rename(trash / uuid.uuid4().hex)
@@ -603,10 +701,11 @@ class ReplicaManager:
     def purge_trash(self) -> None:
         """Delete the files of deleted replicas. Blocking (a big log is many files): run it in an
         executor. Also removes what a crash left in the trash."""
-        trash = self.data_dir / TRASH_DIR
-        if trash.is_dir():
-            for path in list(trash.iterdir()):
-                shutil.rmtree(path, ignore_errors=True)
+        for root in self.data_dirs.dirs:
+            trash = root.path / TRASH_DIR
+            if root.online and trash.is_dir():
+                for path in list(trash.iterdir()):
+                    shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
         """Close every replica's log (blocking: run it in an executor). The logs close together, step
@@ -618,21 +717,26 @@ class ReplicaManager:
             if replica.log is not None:
                 steps.append((replica, replica.log.closing()))
         while steps:
-            written: list[Path] = []
-            going: list[tuple[Replica, Iterator[list[Path]]]] = []
+            going: list[tuple[Replica, Iterator[list[Path]], list[Path]]] = []
             for replica, step in steps:
                 try:
-                    written += next(step)
-                    going.append((replica, step))
+                    going.append((replica, step, next(step)))
                 except StopIteration:
                     replica.log = None
                 except Exception:
                     log.exception("closing %s failed", replica.bucket)
             try:
-                fsync_all(written)
+                fsync_all([p for _, _, written in going for p in written])
             except OSError:
-                # none of them may go on to its next step (the clean-shutdown marker would lie)
-                log.exception("closing the logs failed: their files could not be synced")
-                break
-            steps = going
+                # a failing disk (one of several data directories): each log syncs its own, and one
+                # whose files cannot be synced goes no further (its clean-shutdown marker would lie)
+                synced = []
+                for replica, step, written in going:
+                    try:
+                        fsync_all(written)
+                        synced.append((replica, step, written))
+                    except OSError as e:
+                        log.error("closing %s failed: its files could not be synced: %s", replica.bucket, e)
+                going = synced
+            steps = [(replica, step) for replica, step, _ in going]
         self.replicas.clear()

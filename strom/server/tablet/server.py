@@ -35,6 +35,7 @@ from strom.common.table_bucket import TableBucket
 from strom.common.table_descriptor import TableDescriptor, TableInfo
 from strom.common.table_path import TablePath
 from strom.metrics import Metrics, MetricsServer, start_reporter
+from strom.metrics.disks import DiskMetrics
 from strom.metrics.requests import RequestMetrics
 from strom.metrics.supervision import register_supervision_metrics
 from strom.metrics.tablet import TabletMetrics
@@ -53,8 +54,10 @@ from strom.server.server_options import check_server_config, option_value, remot
 from strom.server.tablet.acl_sync import AclSync
 from strom.server.tablet.clean_shutdown import CleanShutdown
 from strom.server.tablet.coordinator_fence import CoordinatorEpochFence
+from strom.server.tablet.data_dirs import DataDirs, OfflineDirError, configured_paths
 from strom.server.tablet.historical_lookup import HistoricalLookup
 from strom.server.tablet.kv.kv_manager import KvManager
+from strom.server.tablet.kv.scanners import ScannerManager
 from strom.server.tablet.kv.shared_rocksdb import RocksDbSettings, SharedRocksDb
 from strom.server.tablet.kv.snapshot import CompletedSnapshot
 from strom.server.tablet.kv_service import KvService
@@ -88,6 +91,7 @@ FORWARDED_TO_COORDINATOR = (
     ApiKey.GET_LAKE_SNAPSHOT,
     ApiKey.GET_LATEST_KV_SNAPSHOTS,
     ApiKey.GET_KV_SNAPSHOT_METADATA,
+    ApiKey.GET_CLUSTER_HEALTH,
 )
 
 
@@ -112,6 +116,7 @@ _BUCKET_DATA_APIS = frozenset(
         ApiKey.PREFIX_LOOKUP,
         ApiKey.LIMIT_SCAN,
         ApiKey.GET_TABLE_STATS,
+        ApiKey.SCAN_KV,
     }
 )
 
@@ -142,13 +147,19 @@ class TabletServer:
     ) -> None:
         self.server_id = server_id
         self.host = host
-        self.data_dir = data_dir
         # the active coordinator; with ZooKeeper it is looked up there (and may change)
         self.coordinator = coordinator
         self.config = Configuration(config)
         check_server_config(self.config)
+        # data.dirs (one directory per disk), or data_dir alone
+        self.data_dirs = DataDirs(configured_paths(data_dir, self.config))
+        self.data_dirs.set_ratios(
+            option_value(self.config, options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO),
+            option_value(self.config, options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO),
+        )
+        self.data_dir = self.data_dirs.first
         self.incarnation = secrets.randbits(62)  # tells the coordinator this process from an earlier one
-        self.clean_shutdown = CleanShutdown(data_dir)
+        self.clean_shutdown = CleanShutdown(self.data_dir)
         self.live_servers: dict[int, tuple[str, int]] = {}
         listeners = ListenerSettings.from_config(self.config, host, port)
         security = SecuritySettings.from_config(self.config, listeners)
@@ -157,8 +168,9 @@ class TabletServer:
         self._coordinator_listeners: str | None = None
         self._server_listeners: dict[int, str] = {}
         self.pool = ConnectionPool(sasl=security.internal_login, tls=security.internal_tls)
-        self.replica_manager = ReplicaManager(server_id, data_dir, self._log_config)
+        self.replica_manager = ReplicaManager(server_id, self.data_dirs, self._log_config)
         self.metrics = Metrics("tabletserver")
+        self.disk_metrics = DiskMetrics(self.metrics, self.data_dirs)
         self.metrics_server: MetricsServer | None = None
         self.tablet_metrics = TabletMetrics(
             self.metrics,
@@ -189,6 +201,7 @@ class TabletServer:
             ),
             on_replicated=self.tablet_metrics.replicated,
             on_unknown_schema=self.log_service.learn_schema_soon,
+            on_storage_error=self.replica_manager.storage_failed,
         )
         self.kv_manager = KvManager(
             server_id,
@@ -209,10 +222,13 @@ class TabletServer:
             self.config.get(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER),
             allocate_ids=self._allocate_auto_increment_ids,
             historical=HistoricalLookup(dict(self.config)),
+            scanners=ScannerManager(self.config),
         )
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
         self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
+        self.dynamic_config.on_change(options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO, self._set_disk_ratios)
+        self.dynamic_config.on_change(options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO, self._set_disk_ratios)
         remote_root = remote_data_dir(self.config)
         self.remote_logs = (
             RemoteLogManager(
@@ -228,6 +244,7 @@ class TabletServer:
         self.replica_manager.on_leader = self._on_leader
         self.replica_manager.on_follower = self._on_follower
         self.replica_manager.on_stopped = self._on_stopped
+        self.replica_manager.on_dir_failed = self._data_dir_failed
         self._table_infos: dict[int, TableInfo] = {}
         self._schema_histories: dict[int, dict[int, Schema]] = {}
         self._learning: dict[int, asyncio.Future[TableInfo]] = {}  # tables asked for, by id
@@ -255,6 +272,7 @@ class TabletServer:
                 ApiKey.LIST_OFFSETS: self.log_service.list_offsets,
                 ApiKey.LIMIT_SCAN: self.kv_service.limit_scan,
                 ApiKey.GET_TABLE_STATS: self.kv_service.get_table_stats,
+                ApiKey.SCAN_KV: self.kv_service.scan_kv,
                 ApiKey.PUT_KV: self.kv_service.put_kv,
                 ApiKey.LOOKUP: self.kv_service.lookup,
                 ApiKey.PREFIX_LOOKUP: self.kv_service.prefix_lookup,
@@ -311,7 +329,9 @@ class TabletServer:
         return self.fence.epoch
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self.data_dirs.make)
+        # the first sample before any write: a server starting on a full disk refuses writes at once
+        await self._sample_disks()
         # before anything is written: from here on a crash must look unclean
         await asyncio.get_running_loop().run_in_executor(None, self.clean_shutdown.begin)
         # replicas deleted before a crash, still in the trash
@@ -338,7 +358,10 @@ class TabletServer:
             supervise(lambda: remote_logs.run(interval), name="remote-log", tasks=self._tasks)
         self.kv_manager.snapshot_interval = self.config.get(options.KV_SNAPSHOT_INTERVAL).total_seconds()
         supervise(self.kv_manager.run_snapshots, name="kv-snapshots", tasks=self._tasks)
+        if self.kv_service.scanners is not None:
+            supervise(self.kv_service.scanners.run_expiry, name="kv-scanner-expiry", tasks=self._tasks)
         supervise(self._dynamic_config_loop, name="dynamic-config", tasks=self._tasks)
+        supervise(self._disk_usage_loop, name="disk-usage", tasks=self._tasks)
         idle_flush = self.config.get(options.KV_ROCKSDB_IDLE_FLUSH_INTERVAL).total_seconds()
         if idle_flush > 0:
             supervise(
@@ -379,6 +402,7 @@ class TabletServer:
         await asyncio.get_running_loop().run_in_executor(None, self._close_replicas)
         if self.metrics_server is not None:
             self.metrics_server.close()
+        self.data_dirs.release()
         log.info(
             "stopped in %.2f s: requests drained in %.2f s, leadership moved in %.2f s, clients gone "
             "in %.2f s, closed in %.2f s",
@@ -512,26 +536,34 @@ class TabletServer:
                         self._on_retention(replica, "local", outcome)
                     if "writers" in due:
                         tablet.remove_expired_writers(now_ms)
-                except Exception:
+                except Exception as e:
                     log.exception("log maintenance of %s failed", replica.bucket)
+                    self.replica_manager.storage_failed(replica, e)
 
     async def _checkpoint_high_watermarks(self) -> None:
         """The periodic high-watermark checkpoints, of the logs whose high watermark moved since the
         last one, written in an executor: at 2,048 replicas the file replacements held the event loop
         for about half of a first write's 45 s."""
-        moved = []
+        moved: list[tuple[Replica, LogTablet]] = []
         for replica in list(self.replica_manager.replicas.values()):
             tablet = replica.log
             if tablet is None:
                 continue
             try:
                 tablet.poll_flushes()
-            except Exception:
+            except Exception as e:
                 log.exception("log maintenance of %s failed", replica.bucket)
+                self.replica_manager.storage_failed(replica, e)
             if not tablet.high_watermark_checkpointed:
-                moved.append(tablet)
-        if moved:
-            await asyncio.to_thread(_write_high_watermark_checkpoints, moved)
+                moved.append((replica, tablet))
+        if not moved:
+            return
+        failed = await asyncio.to_thread(_write_high_watermark_checkpoints, moved)
+        for replica, error in failed:
+            # the recovery after a crash does without it (the high watermark then starts lower), but a
+            # broken disk takes its data directory offline
+            log.warning("high-watermark checkpoint of %s failed: %s", replica.bucket, error)
+            self.replica_manager.storage_failed(replica, error)
 
     def _tiered_copies(self, replica: Replica) -> TieredCopies | None:
         """For the leader of a log that is tiered: how far its remote copy reaches (nothing until
@@ -864,6 +896,83 @@ class TabletServer:
 
     # ---- handlers
 
+    # ---- data disks: write protection when one fills
+
+    def _data_dir_failed(self, root: Path, reason: str) -> None:
+        """A data directory's disk broke: its replicas close here and the coordinator is told, so it
+        moves their leadership and takes this server out of their ISRs; the others are served on."""
+        gone = self.replica_manager.take_dir_offline(root, reason)
+        if gone is None:
+            return  # offline already
+        log.error(
+            "data directory %s failed (%s): its %d replica(s) are offline on this server until it restarts; "
+            "the other data directories are served on",
+            root,
+            reason,
+            len(gone),
+        )
+        self.disk_metrics.update()
+        if gone:
+            buckets = [r.bucket for r in gone]
+            self._tasks.spawn(
+                self._report_offline(buckets, f"data directory {root}: {reason}"), name="report-offline"
+            )
+
+    async def _report_offline(self, replicas: list[TableBucket], reason: str) -> None:
+        """Until the coordinator has it (a failover or a lost connection is retried; each failure is
+        logged)."""
+        request = internal.ReportOfflineReplicasRequest(server_id=self.server_id, reason=reason)
+        for bucket in replicas:
+            entry = request.replicas.add(table_id=bucket.table_id, bucket_id=bucket.bucket)
+            if bucket.partition_id is not None:
+                entry.partition_id = bucket.partition_id
+        delay = 0.2
+        while True:
+            try:
+                await self._coordinator_request(ApiKey.REPORT_OFFLINE_REPLICAS, request, timeout=10)
+                log.info("the coordinator knows that %d replica(s) here are offline", len(replicas))
+                return
+            except Exception as e:  # whatever it is, the coordinator must learn it: retried
+                log.warning("reporting offline replicas to the coordinator failed (retrying): %s", e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _sample_disks(self) -> None:
+        lock_changes, failures = await asyncio.to_thread(self.data_dirs.sample)
+        for d, reason in failures:
+            self._data_dir_failed(d.path, reason)
+        for d, locked in lock_changes:
+            if locked:
+                log.warning(
+                    "data directory %s: disk usage %.2f%% reached the write limit %.2f%%; refusing writes "
+                    "to its %d replica(s) until usage is at or below %.2f%%",
+                    d.path,
+                    d.usage_ratio * 100,
+                    self.data_dirs.write_limit_ratio * 100,
+                    d.replicas,
+                    self.data_dirs.write_recover_ratio * 100,
+                )
+            else:
+                log.info(
+                    "data directory %s: disk usage %.2f%% is at or below %.2f%%; writes resume",
+                    d.path,
+                    d.usage_ratio * 100,
+                    self.data_dirs.write_recover_ratio * 100,
+                )
+        self.disk_metrics.update()
+
+    async def _disk_usage_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.get(options.SERVER_DATA_DISK_CHECK_INTERVAL).total_seconds())
+            await self._sample_disks()
+
+    def _set_disk_ratios(self, _value: Any) -> None:
+        effective = self.dynamic_config.effective
+        self.data_dirs.set_ratios(
+            option_value(effective, options.SERVER_DATA_DISK_WRITE_LIMIT_RATIO),
+            option_value(effective, options.SERVER_DATA_DISK_WRITE_RECOVER_RATIO),
+        )
+
     # ---- dynamic cluster configs (AlterClusterConfigs on the coordinator)
 
     def _set_min_isr(self, value: int) -> None:
@@ -1001,7 +1110,7 @@ class TabletServer:
         self, request: pb.NotifyLeaderAndIsrRequest, ctx: RequestContext
     ) -> Message:
         response = pb.NotifyLeaderAndIsrResponse()
-        # every bucket at once: new replicas open their files OPEN_CONCURRENCY at a time (replica_manager)
+        # every bucket at once: new replicas open their files in batches (replica_opener.py)
         await asyncio.gather(
             *(
                 self._take_leadership(entry, response.notify_buckets_leader_resp.add())
@@ -1044,6 +1153,8 @@ class TabletServer:
         except FlussError as e:
             result.error_code = e.code
             result.error_message = e.message
+            if isinstance(e, OfflineDirError):  # the coordinator must not count on this replica
+                self._tasks.spawn(self._report_offline([bucket], e.message), name="report-offline")
 
     async def _notify_lake_table_offset(
         self, request: pb.NotifyLakeTableOffsetRequest, ctx: RequestContext
@@ -1090,13 +1201,17 @@ class TabletServer:
 _KEY_BY_REQUEST_TYPE: dict[type, ApiKey] = {}
 
 
-def _write_high_watermark_checkpoints(tablets: list[LogTablet]) -> None:
-    for tablet in tablets:
+def _write_high_watermark_checkpoints(
+    logs: list[tuple[Replica, LogTablet]],
+) -> list[tuple[Replica, OSError]]:
+    """In an executor: each log's checkpoint; returns the failures."""
+    failed = []
+    for replica, tablet in logs:
         try:
             tablet.write_high_watermark_checkpoint()
         except OSError as e:
-            # the recovery after a crash does without it (the high watermark then starts lower)
-            log.warning("high-watermark checkpoint of %s failed: %s", tablet.directory, e)
+            failed.append((replica, e))
+    return failed
 
 
 def _index_request_types() -> None:

@@ -482,8 +482,7 @@ def _evolve(storage: LakeStorage, info: TableInfo) -> list[str]:
 def _maintain(committer: LakeCommitter, info: TableInfo, splits: list[TieringSplit]) -> None:
     plan = maintenance_plan(info)
     if plan.compact:
-        for split in splits:
-            committer.compact(split.bucket, split.partition_name)
+        committer.compact_buckets([(split.bucket, split.partition_name) for split in splits])
     if plan.expire_snapshots:
         committer.expire_snapshots()
 

@@ -68,7 +68,7 @@ from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
 from strom.server.tablet.kv.table_codecs import table_codecs
 from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
 
-__all__ = ["KvTablet", "PreparedPut", "TabletState"]
+__all__ = ["KvScan", "KvTablet", "PreparedPut", "TabletState"]
 
 Buffer = bytes | bytearray | memoryview
 
@@ -97,6 +97,33 @@ class TabletState:
 
     log_offset: int
     row_count: int | None  # None when not tracked (changelog image WAL)
+
+
+class KvScan:
+    """A consistent read of a tablet's rows as of one moment (ScanKv): a RocksDB snapshot and an
+    iterator over it, or a copy of the pending rows. `log_offset` is the changelog offset the rows
+    cover (every change below it, none at or above it). Read it with `KvTablet.read_scan`."""
+
+    __slots__ = ("_iterator", "_snapshot", "log_offset", "released", "upgrader")
+
+    def __init__(
+        self,
+        log_offset: int,
+        iterator: Iterator[bytes],
+        snapshot: object | None,
+        upgrader: RowUpgrader | None,
+    ) -> None:
+        self.log_offset = log_offset
+        self._iterator: Iterator[bytes] | None = iterator
+        self._snapshot = snapshot  # kept alive while the iterator reads it
+        self.upgrader = upgrader
+        self.released = False
+
+    def release(self) -> None:
+        """Drop the iterator and the snapshot (before the database closes)."""
+        self._iterator = None
+        self._snapshot = None
+        self.released = True
 
 
 def _prefix_upper_bound(prefix: bytes) -> bytes | None:
@@ -143,8 +170,11 @@ class KvTablet:
         self._use_schema(table_info)
         self._failure: BaseException | None = None
         self._closed = False
-        # held by `flush_memtable` on an executor thread, so `close` never closes RocksDB under it
+        # held by `flush_memtable` and `read_scan` on an executor thread, so `close` never closes
+        # RocksDB under them
         self._flush_guard = threading.Lock()
+        # open ScanKv reads, released (their snapshots dropped) before the database closes
+        self._scans: set[KvScan] = set()
 
     def _use_schema(self, table_info: TableInfo) -> None:
         self.table_info = table_info
@@ -284,6 +314,10 @@ class KvTablet:
     def row_count(self) -> int | None:
         """Rows in RocksDB (None with a WAL changelog image, where it is not tracked)."""
         return self._row_count
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def failed(self) -> bool:
@@ -660,6 +694,61 @@ class KvTablet:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
         return self._upgrade(values)
 
+    def open_scan(self) -> KvScan:
+        """A consistent view of every committed row for ScanKv. On the owner thread: RocksDB's
+        content and `flushed_offset` change together between awaits, so the snapshot covers exactly
+        the changelog below `flushed_offset`."""
+        self._check_usable()
+        snapshot: object | None = None
+        if self._pending is not None:
+            # small by construction (the pending budget): a copy is the snapshot
+            values: Iterator[bytes] = iter([v for _, v in self._pending.items()])
+        else:
+            snap = self._rdict().snapshot()
+            snapshot = snap
+            values = cast(Iterator[bytes], iter(snap.values()))
+        scan = KvScan(self._flushed_offset, values, snapshot, self._upgrader)
+        self._scans.add(scan)
+        return scan
+
+    def read_scan(self, scan: KvScan, max_bytes: int, limit: int | None) -> tuple[list[bytes], bool]:
+        """The next values of `scan` (at least one, then up to `max_bytes` of them, at most `limit`),
+        and whether more remain. Blocking: meant for an executor thread, one call per scan at a time."""
+        out: list[bytes] = []
+        with self._flush_guard:
+            self._check_usable()
+            iterator = scan._iterator
+            if scan.released or iterator is None:
+                raise KvStorageError(f"the scan of the kv tablet in {self.directory} was closed")
+            size = 0
+            try:
+                while limit is None or len(out) < limit:
+                    if out and size >= max_bytes:
+                        break
+                    value = next(iterator, None)
+                    if value is None:
+                        scan.release()
+                        self._scans.discard(scan)
+                        break
+                    out.append(value)
+                    size += 4 + len(value)  # the value record's length prefix and bytes
+                else:
+                    scan.release()  # the limit is reached: nothing more to read
+                    self._scans.discard(scan)
+            except KvStorageError:
+                raise
+            except Exception as e:
+                raise KvStorageError(f"scanning the kv store failed: {e}") from e
+        if scan.upgrader is not None:
+            out = [scan.upgrader.upgrade(v) for v in out]
+        return out, not scan.released
+
+    def close_scan(self, scan: KvScan) -> None:
+        """Drop a scan (ended, closed by the client or expired). The caller makes sure no
+        `read_scan` of it is running."""
+        scan.release()
+        self._scans.discard(scan)
+
     def items(self) -> Iterable[tuple[bytes, bytes]]:
         """Every (key, stored value) in key order (tests, tools)."""
         self._check_usable()
@@ -712,6 +801,9 @@ class KvTablet:
         with self._flush_guard:  # a memtable flush on another thread finishes first (rare: a snapshot's)
             self._closed = True
             self.buffer.clear()
+            for scan in self._scans:
+                scan.release()
+            self._scans.clear()
             if self._pending is not None:
                 self._pending.release()
                 self._pending = None

@@ -33,12 +33,13 @@ from strom.common.errors import (
 )
 from strom.record.batch_validation import BatchCheck
 from strom.record.log_batch import (
-    CRC_OFFSET,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     NO_WRITER_ID,
     LogBatchHeader,
     crc_is_valid,
+    crc_offset,
+    patch_leader_epoch,
     patch_offset_and_timestamp,
     read_header,
 )
@@ -396,14 +397,18 @@ class LogTablet:
         view = memoryview(records)
         parts: list[bytes | bytearray | memoryview] = []
         timestamp = max(self._now_ms(), self._max_timestamp)  # commit timestamps never go backwards
+        leader_epoch = self.leader_epochs.latest_epoch
         offset = leo
         record_count = 0
         placements: list[BatchPlacement] = []
         for pos, h in batches:
             size = h.length + LOG_OVERHEAD
-            head = bytearray(view[pos : pos + CRC_OFFSET])  # base offset, commit timestamp: not CRC'd
+            crc_at = crc_offset(h.magic)
+            # base offset, commit timestamp (and a V2 batch's leader epoch): before the CRC
+            head = bytearray(view[pos : pos + crc_at])
             patch_offset_and_timestamp(head, 0, offset, timestamp)
-            parts += (head, view[pos + CRC_OFFSET : pos + size])
+            patch_leader_epoch(head, 0, leader_epoch)
+            parts += (head, view[pos + crc_at : pos + size])
             placements.append((pos, size, offset, timestamp))
             offset += h.last_offset_delta + 1
             record_count += h.record_count

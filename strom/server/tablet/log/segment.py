@@ -22,8 +22,8 @@ from strom.common.errors import CorruptRecordError, LogStorageError
 from strom.record.log_batch import (
     LENGTH_OFFSET,
     LOG_OVERHEAD,
+    MAX_HEADER_SIZE,
     V0_HEADER_SIZE,
-    V1_HEADER_SIZE,
     LogBatchHeader,
     crc_is_valid,
     read_header,
@@ -68,6 +68,8 @@ def set_aside(paths: Iterable[Path]) -> list[Path]:
             continue
         renamed.append(target)
     return renamed
+
+
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024  # buffers per writev
 Buffer = bytes | bytearray | memoryview
 _SCAN_CHUNK = 64 * 1024  # header walks read this much at a time while batches are small
@@ -241,9 +243,9 @@ class LogSegment:
         big = False
         while pos + LOG_OVERHEAD <= end:
             rel = pos - buf_start
-            if rel + V1_HEADER_SIZE > len(buf):
+            if rel + MAX_HEADER_SIZE > len(buf):
                 # Large batches: read just the next header instead of a chunk we would skip.
-                want = V1_HEADER_SIZE if big else _SCAN_CHUNK
+                want = MAX_HEADER_SIZE if big else _SCAN_CHUNK
                 buf = os.pread(self._fd, min(want, end - pos), pos)
                 buf_start, rel = pos, 0
                 if len(buf) < LOG_OVERHEAD:
