@@ -67,7 +67,7 @@ def render() -> str:
         _table("Server options", config.SERVER_OPTIONS, config.ACCEPTED_WITHOUT_EFFECT),
         _table("Table options", config.TABLE_OPTIONS),
         _table("Client options", config.CLIENT_OPTIONS, client_no_effect_notes()),
-        _table("Options fixed at table creation", config.CONNECTOR_OPTIONS),
+        _table("Distribution options (CREATE TABLE; bucket.num also AlterTable)", config.CONNECTOR_OPTIONS),
     ]
     return "\n".join(sections)
 

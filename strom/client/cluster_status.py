@@ -18,6 +18,18 @@ from strom.rpc.gen import strom_internal_pb2 as internal
 
 
 @dataclass(frozen=True, slots=True)
+class DataDirStatus:
+    """One of a tablet server's data directories (`data.dirs`) as its last disk check found it."""
+
+    path: str
+    replicas: int
+    usage_ratio: float
+    write_locked: bool  # writes refused: usage reached server.data-disk.write-limit-ratio
+    offline: str | None  # why the directory failed; its replicas are offline
+    free_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class ServerStatus:
     role: str  # "coordinator" or "tablet-server"
     id: int
@@ -28,6 +40,7 @@ class ServerStatus:
     replicas: int = 0
     tag: str | None = None  # PERMANENT_OFFLINE / TEMPORARY_OFFLINE while tagged
     rack: str | None = None  # tablet-server.rack
+    data_dirs: list[DataDirStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +71,8 @@ class LakeOffset:
     partition_id: int | None
     bucket: int
     offset: int
+    # the log end a last-resort or unclean election left, below `offset`: the lake is ahead of the log
+    lake_ahead_log_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,8 @@ class TableStatus:
     bucket_count: int
     buckets: list[BucketStatus]
     lake: LakeStatus | None
+    # the table's bucket rescale ("2 -> 6 buckets: SEALED" while rows move), None if it never had one
+    rescale: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +294,7 @@ def build_cluster_status(
                 bucket_count=t.bucket_count,
                 buckets=buckets,
                 lake=_lake_status(lakes.get(t.table_id), buckets, now_ms) if t.lake_enabled else None,
+                rescale=t.rescale if t.HasField("rescale") else None,
             )
         )
     names = {t.table_id: f"{t.database}.{t.name}" for t in cluster.tables}
@@ -297,6 +315,7 @@ def build_cluster_status(
                 replicas=hosted.get(server_id, 0),
                 tag=tags.get(server_id),
                 rack=registered.rack if registered and registered.HasField("rack") else None,
+                data_dirs=_data_dirs(replicas.get(server_id)),
             )
         )
     coordinator = next((n for n in nodes if n.server_type == ServerType.COORDINATOR), None)
@@ -321,7 +340,12 @@ def build_cluster_status(
 
 def _lake_status(lake: internal.StatusLake | None, buckets: list[BucketStatus], now_ms: int) -> LakeStatus:
     offsets = [
-        LakeOffset(o.partition_id if o.HasField("partition_id") else None, o.bucket_id, o.offset)
+        LakeOffset(
+            o.partition_id if o.HasField("partition_id") else None,
+            o.bucket_id,
+            o.offset,
+            o.lake_ahead_log_end if o.HasField("lake_ahead_log_end") else None,
+        )
         for o in (lake.offsets if lake is not None else ())
     ]
     tiered = {(o.partition_id, o.bucket): o.offset for o in offsets}
@@ -338,3 +362,17 @@ def _lake_status(lake: internal.StatusLake | None, buckets: list[BucketStatus], 
         lag_records=behind,
         lag_ms=max(0, now_ms - lake.committed_time) if behind else 0,
     )
+
+
+def _data_dirs(response: internal.DescribeReplicasResponse | None) -> list[DataDirStatus]:
+    return [
+        DataDirStatus(
+            path=d.path,
+            replicas=d.replicas,
+            usage_ratio=d.usage_ratio,
+            write_locked=d.write_locked,
+            offline=d.offline_reason if d.HasField("offline_reason") else None,
+            free_bytes=d.free_bytes if d.HasField("free_bytes") else None,
+        )
+        for d in (response.data_dirs if response is not None else ())
+    ]

@@ -13,6 +13,7 @@ import click
 from strom.client.cluster_status import (
     BucketStatus,
     ClusterStatus,
+    LakeOffset,
     RebalanceProgress,
     TableStatus,
     TieringJobStatus,
@@ -124,6 +125,22 @@ def print_status(cluster: ClusterStatus, *, all_buckets: bool = False) -> None:
         )
     console.print(servers)
 
+    disks = [(s, d) for s in cluster.servers for d in s.data_dirs]
+    if disks:
+        dirs = Table(title="Data directories")
+        for column in ("server", "directory", "replicas", "used", "free", "state"):
+            dirs.add_column(column)
+        for s, d in disks:
+            if d.offline is not None:
+                state = f"[red]offline ({d.offline})[/]"
+            elif d.write_locked:
+                state = "[red]write-locked (disk full)[/]"
+            else:
+                state = "[green]ok[/]"
+            free = "-" if d.free_bytes is None else f"{d.free_bytes / 2**30:.1f} GiB"
+            dirs.add_row(str(s.id), d.path, str(d.replicas), f"{d.usage_ratio:.1%}", free, state)
+        console.print(dirs)
+
     buckets = Table(title="Buckets")
     for column in (
         "table", "partition", "bucket", "leader", "replicas", "isr", "elr", "log start", "log end",
@@ -163,6 +180,16 @@ def print_status(cluster: ClusterStatus, *, all_buckets: bool = False) -> None:
         )
     console.print(buckets)
 
+    rescaled = [t for t in cluster.tables if t.rescale is not None]
+    if rescaled:
+        rescales = Table(title="Bucket rescales")
+        for column in ("table", "rescale"):
+            rescales.add_column(column)
+        for t in rescaled:
+            sealed = "SEALED" in (t.rescale or "")
+            rescales.add_row(f"{t.database}.{t.name}", f"[yellow]{t.rescale}[/]" if sealed else t.rescale)
+        console.print(rescales)
+
     lake_tables = [t for t in cluster.tables if t.lake is not None]
     if lake_tables:
         lake = Table(title="Lake")
@@ -175,12 +202,7 @@ def print_status(cluster: ClusterStatus, *, all_buckets: bool = False) -> None:
                 f"{t.database}.{t.name}",
                 _offset(t.lake.snapshot_id),
                 committed,
-                " ".join(
-                    f"{o.partition_id}/{o.bucket}:{o.offset}"
-                    if o.partition_id is not None
-                    else f"{o.bucket}:{o.offset}"
-                    for o in t.lake.offsets
-                ),
+                " ".join(_lake_offset(o) for o in t.lake.offsets),
                 str(t.lake.lag_records),
                 f"{t.lake.lag_ms / 1000:.1f}",
             )
@@ -250,3 +272,10 @@ def rebalance_summary(progress: RebalanceProgress) -> str:
         f"Rebalance {progress.rebalance_id}: {progress.status} "
         f"({progress.done}/{len(progress.buckets)} bucket(s) done)"
     )
+
+
+def _lake_offset(o: LakeOffset) -> str:
+    where = f"{o.partition_id}/{o.bucket}" if o.partition_id is not None else str(o.bucket)
+    if o.lake_ahead_log_end is not None:
+        return f"[red]{where}:{o.offset} lake ahead of log (log end {o.lake_ahead_log_end})[/]"
+    return f"{where}:{o.offset}"

@@ -1651,16 +1651,16 @@ CLIENT_OPTIONS: dict[str, ConfigOption[Any]] = _catalogue(
 
 # ----------------------------------------------------------------------------------- connector options
 # Fluss's connectors take a table's bucket count and bucket key as options of CREATE TABLE (Flink's
-# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties, and
-# cannot change: AlterTable refuses them, as Fluss's Flink catalog does, rather than keeping them as
-# custom properties that change nothing.
+# 'bucket.num' and 'bucket.key'). They are the table's distribution, never stored as properties. The
+# bucket key cannot change: AlterTable refuses it, as Fluss's Flink catalog does. Setting 'bucket.num'
+# rescales the table online (Strom only; docs/operations.md, "Rescaling buckets").
 
 BUCKET_NUM: ConfigOption[int | None] = ConfigOption(
     "bucket.num",
     int,
     None,
-    "Number of buckets, fixed at creation (the cluster's default.bucket.number when unset); AlterTable "
-    "refuses it.",
+    "Number of buckets (the cluster's default.bucket.number when unset at creation); AlterTable setting "
+    "it alone rescales the table online to more buckets.",
 )
 BUCKET_KEY: ConfigOption[list[str] | None] = ConfigOption(
     "bucket.key",

@@ -61,6 +61,12 @@ def register_coordinator_metrics(metrics: Metrics, active: Callable[[], Any]) ->
         lambda c: c.controller.unclean_elections,
     )
     gauge(
+        "lakeAheadOfLogBucketCount",
+        "Buckets whose log a last-resort or unclean election left ending below the lake's tiered offset "
+        "(their tables' tiering is held; docs/reliability.md).",
+        lambda c: len(c.lake.lake_ahead()),
+    )
+    gauge(
         "lakeTiering_pendingTablesCount", "Lake-enabled tables waiting for a tiering job.", tiering("pending")
     )
     gauge("lakeTiering_runningTablesCount", "Lake-enabled tables being tiered now.", tiering("tiering"))

@@ -155,6 +155,17 @@ def iceberg_buckets(keys: pa.Array, num_buckets: int) -> np.ndarray:
     return (h.astype(np.int64) % num_buckets).astype(np.int32)
 
 
+def key_bytes_buckets(keys: pa.Array, num_buckets: int, lake_format: str | None) -> np.ndarray:
+    """The bucket of each encoded key of a table whose bucket key is its primary key: the hash its
+    clients use (`bucket_function_for`), which follows `table.datalake.format` when one is set."""
+    fmt = None if lake_format is None else str(lake_format).strip().lower()
+    if fmt == "paimon":
+        return paimon_buckets(keys, num_buckets)
+    if fmt == "iceberg":
+        return iceberg_buckets(keys, num_buckets)
+    return fluss_buckets(keys, num_buckets)
+
+
 # ------------------------------------------------------------------------------------- key bytes
 
 

@@ -92,6 +92,8 @@ class ApiKey(enum.IntEnum):
     REPORT_OFFLINE_REPLICAS = 9006
     # Strom-only: auto-increment id ranges (Fluss's tablet servers use a ZooKeeper counter).
     ALLOCATE_AUTO_INCREMENT_IDS = 9010
+    # Strom-only: the steps of an online bucket rescale (Fluss cannot change a table's bucket count).
+    RESCALE_BUCKET = 9011
 
 
 # Version ranges that differ from 0..0 (Fluss `ApiKeys`; the Rust client has the same ranges).
@@ -115,6 +117,7 @@ _INTERNAL_KEYS = {
     ApiKey.DESCRIBE_REPLICAS,
     ApiKey.REPORT_OFFLINE_REPLICAS,
     ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
+    ApiKey.RESCALE_BUCKET,
 }
 
 

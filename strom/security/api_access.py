@@ -48,6 +48,7 @@ INTERNAL_APIS = frozenset(
         ApiKey.REPORT_OFFLINE_REPLICAS,
         ApiKey.OFFSET_FOR_LEADER_EPOCH,
         ApiKey.ALLOCATE_AUTO_INCREMENT_IDS,
+        ApiKey.RESCALE_BUCKET,
     }
 )
 

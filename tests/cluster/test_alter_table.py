@@ -368,20 +368,23 @@ def test_alterations_at_once_all_take_effect(cluster_factory: Any, tmp_path: Any
     run(cluster, body)
 
 
-def test_bucket_num_and_bucket_key_cannot_be_altered(shared_cluster: Cluster) -> None:
+def test_bucket_num_rescales_and_bucket_key_cannot_be_altered(shared_cluster: Cluster) -> None:
     """`strom table alter t --set bucket.num=6` used to exit 0, store a custom property and keep 2
-    buckets. Now refused with INVALID_ALTER_TABLE naming the option, and nothing changes (pyfluss has no
-    AlterTable, so it checks the table afterwards)."""
+    buckets; then it was refused. Now it rescales the table online (tests/cluster/test_rescale.py has
+    the data side): pyfluss sees 6 buckets and no `bucket.num` property. Fewer buckets, and any change of
+    the bucket key, are refused with INVALID_ALTER_TABLE naming the option."""
     import fluss
     from harness import run_pyfluss
 
     path = unique("alter_fixed")
     run(shared_cluster, lambda conn: create(conn, path, primary_key=["id"]))
 
-    refused = strom_table(shared_cluster, "alter", str(path), "--set", "bucket.num=6")
+    rescaled = strom_table(shared_cluster, "alter", str(path), "--set", "bucket.num=6")
+    assert rescaled.returncode == 0, rescaled.stderr
+    refused = strom_table(shared_cluster, "alter", str(path), "--set", "bucket.num=3")
     assert refused.returncode == 1, refused.stdout
     assert "InvalidAlterTableError (56)" in refused.stderr
-    assert "'bucket.num' is not supported to alter" in refused.stderr
+    assert "from 6 to 3" in refused.stderr
 
     async def alter_bucket_key(conn: Connection) -> None:
         with pytest.raises(errors.InvalidAlterTableError, match=r"'bucket\.key'"):
@@ -392,7 +395,7 @@ def test_bucket_num_and_bucket_key_cannot_be_altered(shared_cluster: Cluster) ->
     async def check(connection: Any) -> None:
         table_path = fluss.TablePath(path.database_name, path.table_name)
         info = await connection.get_admin().get_table_info(table_path)
-        assert info.num_buckets == 2
+        assert info.num_buckets == 6
         assert info.get_bucket_keys() == ["id"]
         assert "bucket.num" not in info.get_custom_properties()
 

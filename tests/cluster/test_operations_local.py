@@ -147,6 +147,11 @@ def test_metrics_and_status_of_a_local_cluster(tmp_path: Path) -> None:
         )  # fmt: skip
         roles = [(s["role"], s["id"], s["alive"]) for s in state["servers"]]
         assert roles == [("coordinator", 0, True), ("tablet-server", 0, True), ("tablet-server", 1, True)]
+        for server in state["servers"][1:]:  # each tablet server's data directory, as its disk check saw it
+            (disk,) = server["data_dirs"]
+            assert disk["path"].startswith(str(tmp_path)) and disk["replicas"] == server["replicas"]
+            assert 0 < disk["usage_ratio"] < 1 and disk["free_bytes"] > 0
+            assert not disk["write_locked"] and disk["offline"] is None
         tables = {t["name"]: t for t in state["tables"]}
         assert set(tables) == {LAKE_TABLE, PLAIN_TABLE}
         for table in tables.values():
@@ -163,7 +168,7 @@ def test_metrics_and_status_of_a_local_cluster(tmp_path: Path) -> None:
             [sys.executable, "-m", "strom", "status", "--bootstrap", bootstrap],
             capture_output=True, text=True, check=True, timeout=60, env={"COLUMNS": "200", "PATH": ""},
         ).stdout  # fmt: skip
-        assert "shop.events" in human and "Lake" in human
+        assert "shop.events" in human and "Lake" in human and "Data directories" in human
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(60)

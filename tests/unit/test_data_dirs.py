@@ -4,7 +4,9 @@ server finds each replica in the directory that holds it (whatever the configure
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,38 @@ def test_replicas_spread_over_dirs_and_are_found_after_restart(tmp_path: Path) -
 
 def relative_of(bucket: TableBucket, root: Path) -> Path:
     return replica_directory(root, "db", "t", bucket, None).relative_to(root)
+
+
+def test_placing_a_replica_stats_no_disk_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Finding where a replica's files are stats every directory, and a tie is broken by free space:
+    neither touches the disk on the event loop (a busy disk holds a stat for long). The lookup runs in
+    an executor; the free space is the one the last check read."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    dirs = DataDirs([a, b])
+    dirs.make()
+    assert all(d.free_bytes > 0 for d in dirs.dirs)  # read at start
+    dirs.dirs[1].free_bytes = dirs.dirs[0].free_bytes + 1  # as the periodic check would find it
+    on_loop: list[str] = []
+    real_exists, real_statvfs = Path.exists, os.statvfs
+
+    def exists(path: Path) -> bool:
+        if threading.current_thread() is threading.main_thread():
+            on_loop.append(f"exists {path}")
+        return real_exists(path)
+
+    def statvfs(path: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            on_loop.append(f"statvfs {path}")
+        return real_statvfs(path)
+
+    manager = ReplicaManager(0, dirs, lambda info: LOG_CONFIG)
+    monkeypatch.setattr(Path, "exists", exists)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    asyncio.run(manager.take_leadership(TableBucket(7, None, 0), **LEADERSHIP))
+    monkeypatch.undo()
+    assert on_loop == [], on_loop
+    assert manager.replicas[TableBucket(7, None, 0)].data_root == b  # the one with more free space
+    manager.close()
+    dirs.release()

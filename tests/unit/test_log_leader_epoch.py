@@ -3,11 +3,15 @@ checkpoint file, and the cache following the log tablet's truncations."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
+import pytest
 from log_batch_maker import make_batch
 
 from strom.server.tablet.log.leader_epoch import (
+    _WRITER,
     LEADER_EPOCH_FILE,
     UNDEFINED,
     EpochEntry,
@@ -91,3 +95,36 @@ def test_log_truncation_carries_the_epochs(tmp_path: Path) -> None:
     reopened.truncate_fully_and_start_at(50)
     assert reopened.leader_epochs.entries == []
     reopened.close()
+
+
+def test_the_checkpoint_is_fsynced_off_the_callers_thread_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller is the event loop: it writes the change to the page cache and goes on; one writer
+    thread fsyncs and renames the changes in their order. A process killed before the writer ran
+    still finds its newest change (the temporary file) when it loads."""
+    fsynced_on: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        fsynced_on.append(threading.current_thread().name)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    cache = LeaderEpochCache.load(tmp_path)
+    # hold the writer thread, as a slow disk would: the changes wait behind it
+    release = threading.Event()
+    _WRITER.submit(release.wait, 10)
+    for epoch in range(1, 41):
+        cache.assign(epoch, epoch * 10)
+    assert fsynced_on == []  # the caller did not wait for the disk
+    # "killed" now: a new process loads the newest complete change, not the stale checkpoint
+    assert LeaderEpochCache.load(tmp_path).entries[-1] == EpochEntry(40, 400)
+    release.set()
+    cache.assign(41, 410)
+    cache.sync()
+    assert fsynced_on and all(name.startswith("leader-epoch-checkpoint") for name in fsynced_on)
+    # the earlier changes, renamed in their order, did not overwrite the latest one
+    assert LeaderEpochCache.load(tmp_path).entries == cache.entries
+    assert cache.entries[-1] == EpochEntry(41, 410)
+    assert not list(tmp_path.glob(f"{LEADER_EPOCH_FILE}.*.tmp"))

@@ -50,10 +50,12 @@ class KvBatchFormat:
     table_path: TablePath
     table_id: int
     schema_id: int
+    # the bucket count the rows were routed by (a rescale changes it: sender.py)
+    bucket_count: int | None = None
 
     @classmethod
     def of(cls, info: TableInfo) -> KvBatchFormat:
-        return cls(info.table_path, info.table_id, info.schema_id)
+        return cls(info.table_path, info.table_id, info.schema_id, info.bucket_count)
 
 
 class KvWriteBatch(WriteBatch):

@@ -62,6 +62,7 @@ class KvAccumulator(RecordAccumulator):
             fits=lambda batch: (
                 isinstance(batch, KvWriteBatch)
                 and batch.format.schema_id == fmt.schema_id
+                and batch.format.bucket_count == fmt.bucket_count
                 and batch.accepts(size, target_columns)
             ),
             new_batch=lambda batch_id: KvWriteBatch(

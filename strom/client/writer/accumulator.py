@@ -119,7 +119,11 @@ class RecordAccumulator:
             bucket_id,
             size,
             # writers opened before and after an AlterTable never share a batch: it has one schema id
-            fits=lambda batch: batch.format.schema_id == fmt.schema_id and batch.has_room(size),
+            fits=lambda batch: (
+                batch.format.schema_id == fmt.schema_id
+                and batch.format.bucket_count == fmt.bucket_count
+                and batch.has_room(size)
+            ),
             new_batch=lambda batch_id: WriteBatch(
                 batch_id, path, bucket_id, fmt, self.batch_size, self.now()
             ),

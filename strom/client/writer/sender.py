@@ -51,6 +51,7 @@ from strom.common.errors import (
     PartitionNotExistError,
     TableNotExistError,
     UnknownServerError,
+    UnknownTableOrBucketError,
     UnknownWriterIdError,
     error_for_code,
 )
@@ -364,6 +365,11 @@ class Sender:
             self._complete(batch, -1)
             return False
         stale = isinstance(error, INVALID_METADATA_ERRORS)
+        rescaled = self._rescaled(batch, error)
+        if rescaled is not None:
+            # routed by a bucket count the table no longer has: sending it again cannot succeed
+            self._fail(batch, rescaled, adjust_sequences=True)
+            return False
         if self._can_retry(batch, error):
             if idem.enabled and batch.writer_id != NO_WRITER_ID and idem.writer_id != batch.writer_id:
                 self._fail(
@@ -380,6 +386,22 @@ class Sender:
             return stale
         self._fail(batch, error, adjust_sequences=batch.attempts <= self.retries)
         return stale
+
+    def _rescaled(self, batch: WriteBatch, error: FlussError) -> FlussError | None:
+        """The error for a batch refused because its table was rescaled since it was routed (a Strom
+        cluster refuses such keys with UNKNOWN_TABLE_OR_BUCKET), once the metadata shows the new
+        count; None otherwise (the first refusal is retried after the metadata refresh it asks for)."""
+        routed = getattr(batch.format, "bucket_count", None)
+        if not isinstance(error, UnknownTableOrBucketError) or routed is None:
+            return None
+        current = self.metadata.table_info(batch.format.table_path)
+        if current is None or current.bucket_count == routed:
+            return None
+        return UnknownTableOrBucketError(
+            f"Table '{batch.format.table_path}' now has {current.bucket_count} buckets, and this batch was "
+            f"routed by {routed}: get the table again (Connection.get_table) and write the rows again. "
+            f"The server said: {error.message}"
+        )
 
     def _can_retry(self, batch: WriteBatch, error: FlussError) -> bool:
         if batch.attempts > self.retries or batch.done:  # attempts counts the first send too

@@ -41,6 +41,8 @@ class BatchFormat:
     # schema positions whose min/max/null counts each batch carries (V1 batches, Fluss 1.0); None:
     # the table sets no `table.statistics.columns`, batches are V0
     statistics_columns: tuple[int, ...] | None = None
+    # the bucket count the rows were routed by (a rescale changes it: sender.py)
+    bucket_count: int | None = None
 
     @classmethod
     def of(cls, info: TableInfo) -> BatchFormat:
@@ -54,6 +56,7 @@ class BatchFormat:
             str(info.arrow_compression_type),
             info.arrow_compression_zstd_level,
             None if option is None else statistics_columns(option, arrow_schema),
+            info.bucket_count,
         )
 
 

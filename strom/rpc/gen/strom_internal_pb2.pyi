@@ -153,20 +153,22 @@ class StatusServerTag(_message.Message):
     def __init__(self, server_id: _Optional[int] = ..., tag: _Optional[int] = ...) -> None: ...
 
 class StatusTable(_message.Message):
-    __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count")
+    __slots__ = ("table_id", "database", "name", "primary_key", "lake_enabled", "bucket_count", "rescale")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     DATABASE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_KEY_FIELD_NUMBER: _ClassVar[int]
     LAKE_ENABLED_FIELD_NUMBER: _ClassVar[int]
     BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    RESCALE_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     database: str
     name: str
     primary_key: bool
     lake_enabled: bool
     bucket_count: int
-    def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ...) -> None: ...
+    rescale: str
+    def __init__(self, table_id: _Optional[int] = ..., database: _Optional[str] = ..., name: _Optional[str] = ..., primary_key: bool = ..., lake_enabled: bool = ..., bucket_count: _Optional[int] = ..., rescale: _Optional[str] = ...) -> None: ...
 
 class StatusBucket(_message.Message):
     __slots__ = ("table_id", "partition_id", "partition_name", "bucket_id", "replicas", "leader", "leader_epoch", "isr", "bucket_epoch", "kv_snapshot_id", "elr")
@@ -207,14 +209,16 @@ class StatusLake(_message.Message):
     def __init__(self, table_id: _Optional[int] = ..., snapshot_id: _Optional[int] = ..., committed_time: _Optional[int] = ..., offsets: _Optional[_Iterable[_Union[StatusOffset, _Mapping]]] = ...) -> None: ...
 
 class StatusOffset(_message.Message):
-    __slots__ = ("partition_id", "bucket_id", "offset")
+    __slots__ = ("partition_id", "bucket_id", "offset", "lake_ahead_log_end")
     PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
     BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAKE_AHEAD_LOG_END_FIELD_NUMBER: _ClassVar[int]
     partition_id: int
     bucket_id: int
     offset: int
-    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    lake_ahead_log_end: int
+    def __init__(self, partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., offset: _Optional[int] = ..., lake_ahead_log_end: _Optional[int] = ...) -> None: ...
 
 class StatusTiering(_message.Message):
     __slots__ = ("table_id", "state", "tiering_epoch", "heartbeat_age_ms", "job", "last_heartbeat_ms")
@@ -263,12 +267,30 @@ class PbBucketOnDisk(_message.Message):
     def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ...) -> None: ...
 
 class DescribeReplicasResponse(_message.Message):
-    __slots__ = ("server_id", "replicas")
+    __slots__ = ("server_id", "replicas", "data_dirs")
     SERVER_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIRS_FIELD_NUMBER: _ClassVar[int]
     server_id: int
     replicas: _containers.RepeatedCompositeFieldContainer[StatusReplica]
-    def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[StatusReplica, _Mapping]]] = ...) -> None: ...
+    data_dirs: _containers.RepeatedCompositeFieldContainer[StatusDataDir]
+    def __init__(self, server_id: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[StatusReplica, _Mapping]]] = ..., data_dirs: _Optional[_Iterable[_Union[StatusDataDir, _Mapping]]] = ...) -> None: ...
+
+class StatusDataDir(_message.Message):
+    __slots__ = ("path", "replicas", "usage_ratio", "write_locked", "offline_reason", "free_bytes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    USAGE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    WRITE_LOCKED_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_REASON_FIELD_NUMBER: _ClassVar[int]
+    FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    replicas: int
+    usage_ratio: float
+    write_locked: bool
+    offline_reason: str
+    free_bytes: int
+    def __init__(self, path: _Optional[str] = ..., replicas: _Optional[int] = ..., usage_ratio: _Optional[float] = ..., write_locked: bool = ..., offline_reason: _Optional[str] = ..., free_bytes: _Optional[int] = ...) -> None: ...
 
 class StatusReplica(_message.Message):
     __slots__ = ("table_id", "partition_id", "bucket_id", "leader", "log_start_offset", "log_end_offset", "high_watermark", "followers", "lake_log_end_offset", "held_local_segments", "held_local_bytes", "held_remote_segments", "held_remote_bytes", "latest_leader_epoch")
@@ -349,3 +371,29 @@ class PbOfflineReplica(_message.Message):
 class ReportOfflineReplicasResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class RescaleBucketRequest(_message.Message):
+    __slots__ = ("table_id", "partition_id", "bucket_id", "bucket_count", "action", "records")
+    TABLE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_ID_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_COUNT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    table_id: int
+    partition_id: int
+    bucket_id: int
+    bucket_count: int
+    action: int
+    records: bytes
+    def __init__(self, table_id: _Optional[int] = ..., partition_id: _Optional[int] = ..., bucket_id: _Optional[int] = ..., bucket_count: _Optional[int] = ..., action: _Optional[int] = ..., records: _Optional[bytes] = ...) -> None: ...
+
+class RescaleBucketResponse(_message.Message):
+    __slots__ = ("log_end_offset", "records", "record_count")
+    LOG_END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    log_end_offset: int
+    records: bytes
+    record_count: int
+    def __init__(self, log_end_offset: _Optional[int] = ..., records: _Optional[bytes] = ..., record_count: _Optional[int] = ...) -> None: ...

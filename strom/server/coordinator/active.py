@@ -46,6 +46,7 @@ from strom.server.coordinator.orphan_files import OrphanFileCleaner
 from strom.server.coordinator.producer_offsets import ProducerOffsetsService
 from strom.server.coordinator.rebalance import RebalanceManager
 from strom.server.coordinator.remote_log_service import RemoteLogService
+from strom.server.coordinator.rescale import RescaleManager
 from strom.server.dynamic_config import DynamicConfig
 from strom.server.server_options import remote_data_dir
 from strom.server.store.base import MetadataStore, TableRecord
@@ -188,6 +189,7 @@ class ActiveCoordinator:
         self.auto_partitions = AutoPartitionManager(self.metadata)
         self.tiering = LakeTieringManager(self.config.get(options.LAKE_TIERING_JOB_TIMEOUT).total_seconds())
         self.lake: LakeService = LakeService(store, self.controller, self.tiering, data_dir / "lake-offsets")
+        self.controller.on_truncating_election = self.lake.check_truncation
         self.metadata.on_table_created = self._table_created
         if cluster_lake_format(self.config) is not None:
             self.metadata.create_lake_table = self._create_lake_table
@@ -217,6 +219,14 @@ class ActiveCoordinator:
         self.rebalance: RebalanceManager = RebalanceManager(store, self.membership, self.controller)
         self.metadata.placement_candidates = self.rebalance.placement_candidates
         self.metadata.on_table_altered = self._table_altered
+        self.rescale: RescaleManager = RescaleManager(
+            store,
+            self.membership,
+            self.controller,
+            self.metadata.tables_metadata,
+            self.config.get(options.MAX_BUCKET_NUM),
+        )
+        self.metadata.rescale = self.rescale
         self.handlers: dict[ApiKey, Handler] = {key: handler(self) for key, handler in HANDLERS.items()}
         for key in WAIT_UNTIL_READY:
             self.handlers[key] = self._when_ready(self.handlers[key])
@@ -244,6 +254,7 @@ class ActiveCoordinator:
         self.lake.load_tables()
         supervise(self._tiering_expiry_loop, name="tiering-expiry", tasks=self._tasks)
         supervise(self._resume_rebalance, name="rebalance-resume", tasks=self._tasks)
+        supervise(self._resume_rescales, name="rescale-resume", tasks=self._tasks)
         supervise(self.producer_offsets.cleanup_loop, name="producer-offsets-cleanup", tasks=self._tasks)
         orphan_interval = self.config.get(options.REMOTE_ORPHAN_CLEANUP_INTERVAL).total_seconds()
         if self.orphan_files is not None and orphan_interval > 0:
@@ -373,6 +384,11 @@ class ActiveCoordinator:
         """A rebalance a previous coordinator left unfinished goes on once the servers are back."""
         await self.ready.wait()
         self.rebalance.resume()
+
+    async def _resume_rescales(self) -> None:
+        """Rescales a previous coordinator (or a failed run) left unfinished go on once servers are back."""
+        await self.ready.wait()
+        await self.rescale.resume_loop()
 
     async def _auto_partition_loop(self) -> None:
         interval = self.config.get(options.AUTO_PARTITION_CHECK_INTERVAL).total_seconds()

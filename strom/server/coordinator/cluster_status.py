@@ -42,8 +42,12 @@ async def describe_cluster(
             lake_enabled=lake_enabled,
             bucket_count=descriptor.bucket_count or 0,
         )
+        rescale = coordinator.rescale.task(table.table_id)
+        if rescale is not None:
+            response.tables[-1].rescale = rescale.describe()
         partition_names.update((p.partition_id, p.name) for p in store.list_partitions(table.table_id))
         latest = coordinator.lake.latest(table.table_id) if lake_enabled else None
+        ahead = {(x.partition_id, x.bucket): x.log_end for x in coordinator.lake.lake_ahead(table.table_id)}
         if latest is not None:
             lake = response.lakes.add(
                 table_id=table.table_id, snapshot_id=latest.snapshot_id, committed_time=latest.committed_time
@@ -54,6 +58,8 @@ async def describe_cluster(
                 item = lake.offsets.add(bucket_id=bucket, offset=offset)
                 if partition_id is not None:
                     item.partition_id = partition_id
+                if (partition_id, bucket) in ahead:
+                    item.lake_ahead_log_end = ahead[(partition_id, bucket)]
     for a in store.list_buckets():
         bucket = response.buckets.add(
             table_id=a.table_id,
@@ -75,7 +81,8 @@ async def describe_cluster(
     now = time.monotonic()
     jobs = coordinator.tiering.jobs
     for table_id, tiered in coordinator.tiering.tables.items():
-        item = response.tiering.add(table_id=table_id, state=tiered.state.value, tiering_epoch=tiered.epoch)
+        state = "held" if table_id in coordinator.tiering.held else tiered.state.value
+        item = response.tiering.add(table_id=table_id, state=state, tiering_epoch=tiered.epoch)
         if tiered.state.value == "tiering" and tiered.last_heartbeat:
             item.heartbeat_age_ms = int((now - tiered.last_heartbeat) * 1000)
             item.last_heartbeat_ms = int(tiered.last_heartbeat_wall * 1000)

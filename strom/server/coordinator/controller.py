@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from strom.common import config as options
 from strom.common.errors import (
@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 NOTIFY_TIMEOUT = 10.0
 LEADERS_FIRST_TIMEOUT = 1.0
+# How long a last-resort or unclean election waits for the replicas to report their logs (without the
+# controller lock). A live replica answers DescribeReplicas from memory in milliseconds; one that does
+# not answer in time is passed over, as one that is down, and the bucket stays leaderless no longer.
+DESCRIBE_LOGS_TIMEOUT = 2.0
 
 
 def assign_replicas(
@@ -107,6 +111,9 @@ class Controller:
         # the current metadata (schema id, descriptor) of the tables with these ids, as UpdateMetadata
         # carries it (set by the metadata service)
         self.table_metadata: Callable[[set[int]], list[pb.PbTableMetadata]] = lambda ids: []
+        # called after an election that may lose acknowledged records with the new leader's reported
+        # log end (None: no answer); the lake service checks the lake is not ahead of it
+        self.on_truncating_election: Callable[[BucketAssignment, int | None], Awaitable[None]] | None = None
         # pushes a live server missed, sent again until it acknowledges them (resend.py)
         self.resender = Resender(self._session_of, self._push_owed)
 
@@ -278,10 +285,10 @@ class Controller:
         `unclean`: this process started after an unclean shutdown, so its replicas may have lost their
         unflushed tails; they are no longer eligible to lead (KIP-966) until they rejoin the ISR.
         """
+        deferred: list[_Deferred] = []
         async with self.lock:
             changed: list[BucketAssignment] = []
             hosted: list[BucketAssignment] = []
-            by_log: dict[tuple[int, int | None, int], tuple[BucketAssignment, Election]] = {}
             live = set(self.membership.servers)
             for a in self.store.list_buckets():
                 if server_id not in a.replicas:
@@ -290,18 +297,17 @@ class Controller:
                 if unclean:
                     a = forget_unclean(a, server_id)
                 if a.leader is None:
-                    a, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
+                    elected, kind = elect(a, set(), live, self.min_isr, self._unclean_allowed(a.table_id))
                     if kind in (Election.LAST_RESORT, Election.UNCLEAN):
-                        by_log[a.key] = (a, kind)
+                        # settled outside the lock once the replicas report their logs (`a` is stored
+                        # now, so that the server stays ineligible whatever happens meanwhile)
+                        deferred.append(_Deferred(a, elected, frozenset()))
                     else:
+                        a = elected
                         self._count(a, kind)
                 if a != before:
                     changed.append(a)
                 hosted.append(a)
-            if by_log:
-                chosen = await self._prefer_longest_logs(list(by_log.values()), live)
-                changed = [chosen.get(a.key, a) for a in changed]
-                hosted = [chosen.get(a.key, a) for a in hosted]
             if changed:
                 await self.store.put_buckets(changed)
                 log.info("server %d joined: %d bucket(s) changed leadership or ISR", server_id, len(changed))
@@ -309,6 +315,7 @@ class Controller:
         # learns its tables' current schemas before it leads or follows them again.
         await self.broadcast_servers(self.table_metadata({a.table_id for a in hosted}))
         await self.notify_leadership(hosted)
+        await self._settle(deferred)
 
     async def on_servers_dead(
         self, server_ids: set[int], still_registered: bool = False, moved: Callable[[], None] | None = None
@@ -324,7 +331,7 @@ class Controller:
             affected = [
                 a for a in self.store.list_buckets() if a.leader in server_ids or set(a.isr) & server_ids
             ]
-            changed = await self._elect_all(affected, server_ids, live)
+            changed, deferred = self._elect_all(affected, server_ids, live)
             if changed:
                 await self.store.put_buckets(changed)
                 log.info(
@@ -337,6 +344,7 @@ class Controller:
         if not still_registered:
             await self.broadcast_servers()
         await self.notify_leadership(changed)
+        await self._settle(deferred)
 
     async def report_offline_replicas(
         self, request: internal.ReportOfflineReplicasRequest, ctx: object
@@ -360,15 +368,28 @@ class Controller:
                 a.key: a for a in self.store.list_buckets() if a.key in keys and server_id in a.replicas
             }
             stripped = {key: not_eligible(a) for key, a in before.items()}
-            elected = {a.key: a for a in await self._elect_all(list(stripped.values()), {server_id}, live)}
+            elected_list, deferred = self._elect_all(list(stripped.values()), {server_id}, live)
+            elected = {a.key: a for a in elected_list}
+            waiting = {d.original.key: d for d in deferred}
+            deferred = []
             changed: list[BucketAssignment] = []
             for key, old in before.items():
                 # below the minimum ISR the election keeps a removed member eligible (ELR): not this one
-                new = not_eligible(elected.get(key, stripped[key]))
+                new = not_eligible(stripped[key] if key in waiting else elected.get(key, stripped[key]))
                 if new != old:
                     if new.bucket_epoch == old.bucket_epoch:
                         new = dataclasses.replace(new, bucket_epoch=old.bucket_epoch + 1)
                     changed.append(new)
+                if key in waiting:
+                    # stored stripped now; elected once the other replicas report their logs
+                    deferred.append(
+                        _Deferred(
+                            new if new != old else old,
+                            waiting[key].elected,
+                            frozenset({server_id}),
+                            not_eligible,
+                        )
+                    )
             if changed:
                 await self.store.put_buckets(changed)
             log.warning(
@@ -379,6 +400,7 @@ class Controller:
                 len(changed),
             )
         await self.notify_leadership(changed)
+        await self._settle(deferred)
         return internal.ReportOfflineReplicasResponse()
 
     async def elect_waiting(self, table_id: int) -> None:
@@ -386,43 +408,77 @@ class Controller:
         async with self.lock:
             live = set(self.membership.servers)
             waiting = [a for a in self.store.list_buckets(table_id) if a.leader is None]
-            changed = await self._elect_all(waiting, set(), live)
+            changed, deferred = self._elect_all(waiting, set(), live)
             if changed:
                 await self.store.put_buckets(changed)
         await self.notify_leadership(changed)
+        await self._settle(deferred)
 
-    async def _elect_all(
+    def _elect_all(
         self, buckets: list[BucketAssignment], gone: set[int], live: set[int]
-    ) -> list[BucketAssignment]:
-        """Elect each bucket (`gone` servers just left); last-resort choices ask the replicas for their
-        logs first. Returns the buckets whose assignment changed."""
+    ) -> tuple[list[BucketAssignment], list[_Deferred]]:
+        """Elect each bucket (`gone` servers just left). Returns the buckets whose assignment changed,
+        and the elections that take a replica that may have lost data (last-resort, unclean): those
+        are left as they are for `_settle`, which asks the replicas for their logs first."""
         changed: list[BucketAssignment] = []
-        # elections that take a replica that may have lost data: the one with the longest log leads
-        by_log: list[tuple[BucketAssignment, Election]] = []
+        deferred: list[_Deferred] = []
         for a in buckets:
             new, kind = elect(a, gone, live, self.min_isr, self._unclean_allowed(a.table_id))
             if kind in (Election.LAST_RESORT, Election.UNCLEAN):
-                by_log.append((new, kind))
-            else:
-                self._count(new, kind)
+                deferred.append(_Deferred(a, new, frozenset(gone)))
+                continue
+            self._count(new, kind)
             if new != a:
                 changed.append(new)
-        if by_log:
-            chosen = await self._prefer_longest_logs(by_log, live)
-            changed = [chosen.get(a.key, a) for a in changed]
-        return changed
+        return changed, deferred
 
-    async def _prefer_longest_logs(
-        self, elections: list[tuple[BucketAssignment, Election]], live: set[int]
-    ) -> dict[tuple[int, int | None, int], BucketAssignment]:
-        """Last-resort elections (every replica live, none eligible) and unclean ones
-        (`table.unclean.leader.election.enabled`, no eligible replica live): each live replica reports
-        its log as it lies on disk, and the one with the latest leader epoch, then the longest log,
-        leads rather than the first in assignment order, which may be the one that lost its unflushed
-        tail in a power cut while the others were only killed. A replica that does not answer, or is
-        not `live` (a server stopping under a controlled shutdown still answers), is passed over;
-        with no answer at all the first in order leads, as before. Counted and logged here."""
-        elected = [a for a, _ in elections]
+    async def _settle(self, deferred: list[_Deferred]) -> None:
+        """Finish last-resort and unclean elections. The replicas are asked for their logs without the
+        controller lock: one that does not answer would otherwise stall every other controller action
+        (ISR changes, other elections) for the whole wait. Under the lock again, a bucket that got a
+        leader meanwhile (another election settled first) or was dropped is left as it is; the others
+        are elected again from their current state, with the answers."""
+        if not deferred:
+            return
+        live = set(self.membership.servers)
+        reports = await self._report_logs([d.elected for d in deferred], live)
+        settled: list[BucketAssignment] = []
+        async with self.lock:
+            current = {a.key: a for a in self._current({d.original.key for d in deferred})}
+            live = set(self.membership.servers)
+            for d in deferred:
+                stored = current.get(d.original.key)
+                if stored is None or (stored != d.original and stored.leader is not None):
+                    log.info(
+                        "table %d bucket %d changed while its replicas reported their logs (leader %s); "
+                        "its election is left to that change",
+                        d.original.table_id,
+                        d.original.bucket_id,
+                        None if stored is None else stored.leader,
+                    )
+                    continue
+                allowed = self._unclean_allowed(stored.table_id)
+                new, kind = elect(stored, set(d.gone), live - d.gone, self.min_isr, allowed)
+                if kind in (Election.LAST_RESORT, Election.UNCLEAN):
+                    new = await self._prefer_longest_log(new, kind, reports)
+                else:
+                    self._count(new, kind)
+                if d.after is not None:
+                    new = d.after(new)
+                if new != stored:
+                    if new.bucket_epoch == stored.bucket_epoch:
+                        new = dataclasses.replace(new, bucket_epoch=stored.bucket_epoch + 1)
+                    settled.append(new)
+            if settled:
+                await self.store.put_buckets(settled)
+        await self.notify_leadership(settled)
+
+    async def _report_logs(
+        self, elected: list[BucketAssignment], live: set[int]
+    ) -> dict[tuple[int, int | None, int], dict[int, tuple[int, int]]]:
+        """Each live replica of these buckets reports its log as it lies on disk: bucket -> server ->
+        (latest leader epoch, log end offset). A replica that does not answer in time is left out; a
+        server stopping under a controlled shutdown still answers but is not `live`, so it is not asked."""
         by_server: dict[int, internal.DescribeReplicasRequest] = {}
         for a in elected:
             for server_id in a.replicas:
@@ -433,9 +489,7 @@ class Controller:
                 if a.partition_id is not None:
                     entry.partition_id = a.partition_id
         servers = list(by_server)
-        answers = await asyncio.gather(
-            *(self.send(s, ApiKey.DESCRIBE_REPLICAS, by_server[s]) for s in servers)
-        )
+        answers = await asyncio.gather(*(self._describe_logs(s, by_server[s]) for s in servers))
         ends: dict[tuple[int, int | None, int], dict[int, tuple[int, int]]] = defaultdict(dict)
         for server_id, answer in zip(servers, answers, strict=True):
             if not isinstance(answer, internal.DescribeReplicasResponse):
@@ -444,21 +498,51 @@ class Controller:
                 key = (r.table_id, r.partition_id if r.HasField("partition_id") else None, r.bucket_id)
                 epoch = r.latest_leader_epoch if r.HasField("latest_leader_epoch") else -1
                 ends[key][server_id] = (epoch, r.log_end_offset)
-        chosen: dict[tuple[int, int | None, int], BucketAssignment] = {}
-        for a, kind in elections:
-            reported = {s: e for s, e in ends.get(a.key, {}).items() if s in a.replicas}
-            new = prefer_longest_log(a, reported)
-            log.warning(
-                "%s election of table %d bucket %d: replica logs (leader epoch, log end) %s%s",
-                "last-resort" if kind is Election.LAST_RESORT else "unclean",
-                a.table_id,
-                a.bucket_id,
-                {s: reported.get(s, "no answer") for s in a.replicas},
-                "" if new.leader == a.leader else f": server {new.leader} has the longest, not {a.leader}",
+        return ends
+
+    async def _prefer_longest_log(
+        self,
+        a: BucketAssignment,
+        kind: Election,
+        reports: dict[tuple[int, int | None, int], dict[int, tuple[int, int]]],
+    ) -> BucketAssignment:
+        """A last-resort election (every replica live, none eligible) or an unclean one
+        (`table.unclean.leader.election.enabled`, no eligible replica live): of the replicas that
+        reported their logs, the one with the latest leader epoch, then the longest log, leads rather
+        than the first in assignment order, which may be the one that lost its unflushed tail in a
+        power cut while the others were only killed; with no answer at all the first in order leads.
+        Counted and logged here, and the lake service checks the lake is not ahead of the new log."""
+        reported = {s: e for s, e in reports.get(a.key, {}).items() if s in a.replicas}
+        new = prefer_longest_log(a, reported)
+        log.warning(
+            "%s election of table %d bucket %d: replica logs (leader epoch, log end) %s%s",
+            "last-resort" if kind is Election.LAST_RESORT else "unclean",
+            a.table_id,
+            a.bucket_id,
+            {s: reported.get(s, "no answer") for s in a.replicas},
+            "" if new.leader == a.leader else f": server {new.leader} has the longest, not {a.leader}",
+        )
+        self._count(new, kind)
+        if self.on_truncating_election is not None and new.leader is not None:
+            end = reported.get(new.leader)
+            await self.on_truncating_election(new, None if end is None else end[1])
+        return new
+
+    async def _describe_logs(
+        self, server_id: int, request: internal.DescribeReplicasRequest
+    ) -> object | None:
+        """The replica's report of its logs on disk, or None after DESCRIBE_LOGS_TIMEOUT."""
+        try:
+            return await asyncio.wait_for(
+                self.send(server_id, ApiKey.DESCRIBE_REPLICAS, request), DESCRIBE_LOGS_TIMEOUT
             )
-            self._count(new, kind)
-            chosen[a.key] = new
-        return chosen
+        except TimeoutError:
+            log.warning(
+                "tablet server %d did not report its logs within %.1f s; passed over in this election",
+                server_id,
+                DESCRIBE_LOGS_TIMEOUT,
+            )
+            return None
 
     def _unclean_allowed(self, table_id: int) -> Callable[[], bool]:
         def allowed() -> bool:
@@ -568,6 +652,20 @@ class Controller:
                         list(a.elr),
                     )
         return response
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deferred:
+    """A last-resort or unclean election waiting for the replicas' log reports: `original` the bucket
+    as stored when it was decided (re-checked before it is settled), `elected` the choice before the
+    reports,
+    `gone` the servers that had just left, `after` what the event does to the bucket after electing
+    (a server whose data directory failed stays out of the ELR)."""
+
+    original: BucketAssignment
+    elected: BucketAssignment
+    gone: frozenset[int]
+    after: Callable[[BucketAssignment], BucketAssignment] | None = None
 
 
 def _pb_bucket(a: BucketAssignment) -> pb.PbTableBucket:

@@ -7,6 +7,7 @@ Lake snapshots are kept in the metadata store as small JSON documents, one per c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -33,12 +34,14 @@ from strom.rpc.server import RequestContext
 from strom.server.coordinator.controller import Controller
 from strom.server.coordinator.lake_tiering import LakeTieringManager
 from strom.server.coordinator.tiering_jobs import TieringJob
-from strom.server.store.base import MetadataStore, TableRecord
+from strom.server.store.base import BucketAssignment, MetadataStore, TableRecord
 from strom.server.store.ordered import OrderedStore
 
 log = logging.getLogger(__name__)
 
 _PREFIX = "lake-snapshot/"
+# buckets whose log a last-resort or unclean election left ending below the lake's tiered offset
+_AHEAD_PREFIX = "lake-ahead/"
 
 
 @dataclass
@@ -75,6 +78,27 @@ class LakeSnapshotRecord:
         )
 
 
+@dataclass(frozen=True)
+class LakeAhead:
+    """A bucket whose lake holds offsets its log no longer has: an election that may lose acknowledged
+    records (last-resort or unclean) took a leader whose log ends at `log_end`, below `lake_offset`.
+    Fluss will write new records at offsets the lake already holds other records for."""
+
+    table_id: int
+    partition_id: int | None
+    bucket: int
+    lake_offset: int
+    log_end: int
+    leader: int
+    leader_epoch: int
+    detected_ms: int
+
+    @property
+    def key(self) -> str:
+        partition = "-" if self.partition_id is None else str(self.partition_id)
+        return f"{_AHEAD_PREFIX}{self.table_id:020d}/{partition}/{self.bucket}"
+
+
 def _key(table_id: int, sequence: int) -> str:
     return f"{_PREFIX}{table_id:020d}/{sequence:012d}"
 
@@ -87,6 +111,8 @@ class LakeService:
         self.controller = controller
         self.tiering = tiering
         self.offsets_dir = offsets_dir
+        # buckets found with the lake ahead of their log since this coordinator became active
+        self.lake_ahead_detected = 0
 
     # ---- table lifecycle
 
@@ -114,6 +140,18 @@ class LakeService:
         new = TableDescriptor.from_json_bytes(record.table_json)
         if not self.lake_enabled(new):
             self.tiering.remove_table(record.table_id)
+            if self.lake_ahead(record.table_id):
+                # the operator's way out of a held table (docs/reliability.md): its lake-ahead records
+                # go; enabled again, tiering resumes from the lake's offsets
+                log.warning(
+                    "table %d: the lake is no longer tiered; its buckets with the lake ahead of the log "
+                    "are forgotten",
+                    record.table_id,
+                )
+                spawn(
+                    self.store.delete_documents(f"{_AHEAD_PREFIX}{record.table_id:020d}/"),
+                    name="forget-lake-ahead",
+                )
         elif not self.lake_enabled(old):
             self.on_table_created(record)
         else:
@@ -122,6 +160,67 @@ class LakeService:
     async def on_table_dropped(self, table_id: int) -> None:
         self.tiering.remove_table(table_id)
         await self.store.delete_documents(f"{_PREFIX}{table_id:020d}/")
+        await self.store.delete_documents(f"{_AHEAD_PREFIX}{table_id:020d}/")
+
+    # ---- the lake ahead of the log
+
+    def lake_ahead(self, table_id: int | None = None) -> list[LakeAhead]:
+        prefix = _AHEAD_PREFIX if table_id is None else f"{_AHEAD_PREFIX}{table_id:020d}/"
+        return [LakeAhead(**json.loads(data)) for _, data in self.store.list_documents(prefix)]
+
+    async def check_truncation(self, a: BucketAssignment, log_end: int | None) -> None:
+        """Called by the controller after an election that may lose acknowledged records: when the new
+        leader's log ends below what the lake already holds, Fluss would write new records at offsets
+        the lake holds older ones for, and tiering, resuming at the lake's offset, would skip them.
+        Recorded in the store (`strom status` shows it), logged, counted, and the table's tiering is
+        held until an operator decides (docs/reliability.md, "The lake ahead of the log")."""
+        if a.leader is None:
+            return
+        latest = self.latest(a.table_id)
+        lake_offset = latest.buckets.get((a.partition_id, a.bucket_id), (0, -1))[0] if latest else 0
+        if lake_offset <= 0:
+            return
+        where = f"table {a.table_id} bucket {a.bucket_id}" + (
+            "" if a.partition_id is None else f" (partition {a.partition_id})"
+        )
+        if log_end is None:
+            # the leader did not say where its log ends: the lake may be ahead; not assumed either way
+            log.error(
+                "LAKE MAY BE AHEAD OF LOG for %s: leader %s was elected without reporting its log end, "
+                "and the lake holds offsets up to %d; check `strom status`",
+                where,
+                a.leader,
+                lake_offset,
+            )
+            return
+        if log_end >= lake_offset:
+            return
+        ahead = LakeAhead(
+            a.table_id,
+            a.partition_id,
+            a.bucket_id,
+            lake_offset,
+            log_end,
+            a.leader,
+            a.leader_epoch,
+            int(time.time() * 1000),
+        )
+        self.lake_ahead_detected += 1
+        log.error(
+            "LAKE AHEAD OF LOG for %s: the new leader %d (epoch %d) has records up to offset %d, but the "
+            "lake already holds offsets up to %d; Fluss will reuse offsets %d..%d for new records. "
+            "Tiering of the table is held so that nothing is skipped or mixed (docs/reliability.md)",
+            where,
+            a.leader,
+            a.leader_epoch,
+            log_end,
+            lake_offset,
+            log_end,
+            lake_offset - 1,
+        )
+        data = json.dumps(dataclasses.asdict(ahead)).encode()
+        await self.store.put_document(ahead.key, data)
+        self.tiering.hold(a.table_id)
 
     def load_tables(self) -> None:
         """After a (re)start: every lake-enabled table resumes its schedule from its last snapshot."""
@@ -134,6 +233,8 @@ class LakeService:
             self.tiering.add_existing_table(
                 record.table_id, TablePath(record.database, record.name), self._freshness(descriptor), last
             )
+            if self.lake_ahead(record.table_id):
+                self.tiering.hold(record.table_id)
 
     # ---- snapshots
 

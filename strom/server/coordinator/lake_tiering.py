@@ -73,6 +73,8 @@ class LakeTieringManager:
         self.job_timeout = job_timeout
         self.tables: dict[int, _Table] = {}
         self.pending: deque[int] = deque()
+        # tables no job gets: a bucket's log ends below what the lake holds (lake_service.check_truncation)
+        self.held: set[int] = set()
         self.jobs = TieringJobRegistry(job_timeout)
 
     # ---- registration
@@ -102,6 +104,7 @@ class LakeTieringManager:
             table.freshness = freshness
 
     def remove_table(self, table_id: int) -> None:
+        self.held.discard(table_id)
         table = self.tables.pop(table_id, None)
         if table is not None and table.timer is not None:
             table.timer.cancel()
@@ -150,11 +153,27 @@ class LakeTieringManager:
 
     # ---- requests from tiering jobs
 
+    def hold(self, table_id: int) -> None:
+        """Hand the table to no tiering job (its lake is ahead of a bucket's log: lake_service.py); a
+        round already running finishes, and its bucket, with nothing new below the lake's offset, adds
+        nothing to the lake."""
+        self.held.add(table_id)
+
     def request_table(self, job: TieringJob | None = None) -> TieringAssignment | None:
+        skipped: list[int] = []
+        try:
+            return self._next_table(job, skipped)
+        finally:
+            self.pending.extend(skipped)  # held tables keep their place in the queue
+
+    def _next_table(self, job: TieringJob | None, skipped: list[int]) -> TieringAssignment | None:
         while self.pending:
             table_id = self.pending.popleft()
             table = self.tables.get(table_id)
             if table is None or table.state != TieringState.PENDING:
+                continue
+            if table_id in self.held:
+                skipped.append(table_id)
                 continue
             self._transition(table_id, TieringState.TIERING)
             table.job = job

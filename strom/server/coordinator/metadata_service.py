@@ -21,6 +21,7 @@ from strom.common.errors import (
     DatabaseAlreadyExistError,
     DatabaseNotEmptyError,
     DatabaseNotExistError,
+    InvalidAlterTableError,
     InvalidConfigError,
     InvalidDatabaseError,
     InvalidTableError,
@@ -35,6 +36,7 @@ from strom.common.errors import (
 from strom.common.json_limits import check_json_bounds
 from strom.common.lake_enablement import cluster_lake_format, table_lake_enabled
 from strom.common.partition import parse_partition_name, validate_auto_partition_time, validate_partition_spec
+from strom.common.rescale import RESERVED_PREFIX
 from strom.common.table_descriptor import DatabaseDescriptor, TableDescriptor, TableInfo
 from strom.common.table_path import (
     DEFAULT_DATABASE_NAME,
@@ -47,6 +49,7 @@ from strom.rpc.server import RequestContext
 from strom.security.listeners import endpoint_on
 from strom.server.coordinator.controller import Controller, assign_replicas
 from strom.server.coordinator.membership import Membership
+from strom.server.coordinator.rescale import RescaleManager, RescaleTask
 from strom.server.coordinator.table_alteration import alter
 from strom.server.coordinator.table_lake_options import table_lake_options, with_lake_options
 from strom.server.coordinator.table_validation import (
@@ -100,6 +103,8 @@ class MetadataService:
         self.placement_candidates: Callable[[], list[int]] = membership.live_ids
         # called after AlterTable stored a table's new descriptor (old descriptor, new record)
         self.on_table_altered: Callable[[TableDescriptor, TableRecord], Awaitable[None]] | None = None
+        # online bucket rescales (AlterTable of bucket.num), set by the active coordinator
+        self.rescale: RescaleManager | None = None
         controller.table_metadata = self.tables_metadata
         # DDL checks a name, then writes: store writes await the store's thread, so two requests for one
         # name could both pass the check. One DDL at a time keeps check and write together.
@@ -289,6 +294,11 @@ class MetadataService:
         path = table_path_of(request.table_path)
         self._database(path.database_name)
         descriptor = apply_table_defaults(parse_table_descriptor(request.table_json), self.config)
+        reserved = sorted(k for k in descriptor.custom_properties if k.startswith(RESERVED_PREFIX))
+        if reserved:
+            raise InvalidConfigError(
+                f"Custom properties {reserved} are kept by bucket rescales and cannot be set at creation."
+            )
         self._check_table_kind_allowed(descriptor)
         validate_table_descriptor(
             descriptor,
@@ -381,9 +391,16 @@ class MetadataService:
         # writes; another in between would be overwritten, its schema left behind under a schema id
         # the table no longer has (and the next AddColumn refused for that id).
         async with self._ddl_lock:
-            return await self._alter_table(request)
+            response = await self._alter_table(request)
+        if isinstance(response, RescaleTask):
+            # the table is sealed and the task stored: the move runs outside the DDL lock
+            assert self.rescale is not None
+            task = await self.rescale.finish(response.table_id)
+            log.info("rescale of table id %d: %s", task.table_id, task.describe())
+            return pb.AlterTableResponse()
+        return response
 
-    async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse:
+    async def _alter_table(self, request: pb.AlterTableRequest) -> pb.AlterTableResponse | RescaleTask:
         path = table_path_of(request.table_path)
         record = self.store.get_table(path.database_name, path.table_name)
         if record is None:
@@ -392,6 +409,10 @@ class MetadataService:
             raise TableNotExistError(f"Table '{path}' does not exist.")
         old = self._descriptor(record)
         alteration = alter(str(path), old, request)
+        if alteration.rescale_to is not None:
+            if self.rescale is None:
+                raise InvalidAlterTableError(f"Table '{path}' keeps its bucket count: rescaling is off.")
+            return await self.rescale.begin(record, old, alteration.rescale_to)
         new = alteration.descriptor
         validate_table_descriptor(
             new, self.config.get(options.MAX_BUCKET_NUM), cluster_lake_format(self.config)

@@ -1,8 +1,9 @@
 """AlterTable (1044): Fluss's table changes, validated before anything is stored.
 
 Options: only the ones Fluss lists as alterable may be set or reset (`table.datalake.enabled`,
-`table.datalake.freshness`, `table.log.ttl`, ...); `bucket.num` and `bucket.key` are refused (the
-table's distribution is fixed); other keys outside `table.*` are custom properties.
+`table.datalake.freshness`, `table.log.ttl`, ...); `bucket.key` is refused (the table's bucket key is
+fixed); setting `bucket.num` alone asks for an online rescale (`rescale.py`), which Fluss lacks; other
+keys outside `table.*` are custom properties.
 Columns: a nullable column may be added at the end; it gets the next field id and the table a new
 schema id (every version stays readable through GetTableSchema). Primary key, bucket key, partition
 keys and the types of existing columns never change: ModifyColumn, DropColumn and RenameColumn are
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 from strom.common import config as cfg
 from strom.common.alter_table import ALTER_CONFIG_DELETE, ALTER_CONFIG_SET, COLUMN_POSITION_LAST
 from strom.common.errors import InvalidAlterTableError
+from strom.common.rescale import RESERVED_PREFIX
 from strom.common.schema import Column, Schema, assign_field_ids
 from strom.common.table_descriptor import TableDescriptor
 from strom.common.types import DataType
@@ -53,6 +55,8 @@ class Alteration:
 
     descriptor: TableDescriptor
     schema_changed: bool
+    # the bucket count asked for with `bucket.num` (None: not asked); `descriptor` keeps the old one
+    rescale_to: int | None = None
 
 
 def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest) -> Alteration:
@@ -70,12 +74,20 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
         schema = _add_column(table, schema, add)
     properties = dict(descriptor.properties)
     custom = dict(descriptor.custom_properties)
+    rescale_to = _rescale_to(table, descriptor, request)
     for change in request.config_changes:
         key = change.config_key
-        if key in (cfg.BUCKET_NUM.key, cfg.BUCKET_KEY.key):
+        if key == cfg.BUCKET_NUM.key:
+            continue
+        if key.startswith(RESERVED_PREFIX):
             raise InvalidAlterTableError(
-                f"The option '{key}' is not supported to alter yet: table '{table}' keeps the bucket count "
-                "and bucket key it was created with."
+                f"The property '{key}' of table '{table}' is kept by bucket rescales; set 'bucket.num' "
+                "instead."
+            )
+        if key == cfg.BUCKET_KEY.key:
+            raise InvalidAlterTableError(
+                f"The option '{key}' is not supported to alter yet: table '{table}' keeps the bucket key it "
+                "was created with."
             )
         target = properties if cfg.is_table_storage_option(key) else custom
         if target is properties and key not in ALTERABLE_TABLE_OPTIONS:
@@ -98,7 +110,36 @@ def alter(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest
             f"'{cfg.TABLE_KV_STANDBY_REPLICA_ENABLED.key}' can only be altered on primary key tables."
         )
     altered = replace(descriptor, schema=schema, properties=properties, custom_properties=custom)
-    return Alteration(altered, schema is not descriptor.schema)
+    return Alteration(altered, schema is not descriptor.schema, rescale_to)
+
+
+def _rescale_to(table: str, descriptor: TableDescriptor, request: pb.AlterTableRequest) -> int | None:
+    """The new bucket count a request asks for: alone (a rescale seals the table while it moves data,
+    so it is not mixed with other changes), as SET of a positive integer; None when it is the same."""
+    changes = [c for c in request.config_changes if c.config_key == cfg.BUCKET_NUM.key]
+    if not changes:
+        return None
+    change = changes[-1]
+    if change.op_type != ALTER_CONFIG_SET or not change.HasField("config_value"):
+        raise InvalidAlterTableError(
+            f"'{cfg.BUCKET_NUM.key}' of table '{table}' can only be set to a new bucket count, not reset."
+        )
+    try:
+        count = int(change.config_value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise InvalidAlterTableError(
+            f"'{cfg.BUCKET_NUM.key}' must be a positive integer, got '{change.config_value}'."
+        )
+    if count == descriptor.bucket_count:
+        return None
+    if len(request.config_changes) > len(changes) or request.add_columns:
+        raise InvalidAlterTableError(
+            f"Changing '{cfg.BUCKET_NUM.key}' of table '{table}' rescales it online: alter it alone, not "
+            "together with other changes."
+        )
+    return count
 
 
 def key_standby_changed(request: pb.AlterTableRequest) -> bool:

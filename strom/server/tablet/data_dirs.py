@@ -51,6 +51,8 @@ class DataDir:
     write_locked: bool = False
     usage_ratio: float = 0.0
     offline_reason: str | None = None
+    # free bytes at the last check (make, sample): placement reads it instead of a stat on the loop
+    free_bytes: int = -1
 
     @property
     def online(self) -> bool:
@@ -167,6 +169,10 @@ class DataDirs:
                     f"data directory {d.path} is in use by another process (it holds {LOCK_FILE})"
                 ) from None
             self._locks.append(fd)
+            try:
+                d.usage_ratio, d.free_bytes = usage_ratio(d.path)
+            except OSError as e:
+                log.warning("data directory %s: cannot read its usage: %s", d.path, e)
         if not any(d.online for d in self.dirs):
             raise InvalidConfigError(
                 "every data directory failed: " + "; ".join(str(d.path) for d in self.dirs)
@@ -181,7 +187,8 @@ class DataDirs:
         return self._by_path[root]
 
     def holding(self, relative: Path) -> DataDir | None:
-        """The directory in which `relative` (a replica's directory below a root) exists.
+        """The directory in which `relative` (a replica's directory below a root) exists (blocking:
+        a stat per directory).
         LogStorageError when two hold it (a disk put back with a stale copy): which one is current
         is for the operator to say, not for a guess."""
         found = [d for d in self.dirs if (d.path / relative).exists()]
@@ -194,23 +201,15 @@ class DataDirs:
 
     def choose(self) -> DataDir:
         """Where a new replica goes: an online directory, not write-locked if one is not, with the
-        fewest replicas, then the most free space. LogStorageError when every directory is offline."""
+        fewest replicas, then the most free space at the last check (no stat: this runs on the event
+        loop, and a busy disk holds a stat for long). LogStorageError when every directory is offline."""
         online = [d for d in self.dirs if d.online]
         if not online:
             raise LogStorageError("every data directory of this tablet server is offline")
         unlocked = [d for d in online if not d.write_locked] or online
         fewest = min(d.replicas for d in unlocked)
         candidates = [d for d in unlocked if d.replicas == fewest]
-        if len(candidates) == 1:
-            return candidates[0]
-
-        def free(d: DataDir) -> int:
-            try:
-                return usage_ratio(d.path)[1]
-            except OSError:
-                return -1
-
-        return max(candidates, key=free)
+        return max(candidates, key=lambda d: d.free_bytes)  # the first of equals: configured order
 
     def check_writable(self, root: Path | None, what: str) -> None:
         """DiskWriteLockedError when `root` is write-locked; LogStorageError when it is offline."""
@@ -239,7 +238,7 @@ class DataDirs:
                 continue
             try:
                 _probe(d.path / PROBE_FILE)
-                d.usage_ratio, _ = usage_ratio(d.path)
+                d.usage_ratio, d.free_bytes = usage_ratio(d.path)
             except OSError as e:
                 if is_disk_failure(e):
                     failed.append((d, f"{type(e).__name__}: {e}"))

@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import numpy as np
+import pyarrow as pa
+
 from strom.common.errors import (
     CorruptRecordError,
     FlussError,
@@ -32,7 +35,9 @@ from strom.common.errors import (
     UnknownServerError,
     UnsupportedVersionError,
 )
+from strom.common.rescale import refuse_if_sealed, stale_routing, was_rescaled
 from strom.common.table_bucket import TableBucket
+from strom.record.columnar_keys import key_bytes_buckets
 from strom.record.kv_batch import KV_SCHEMA_ID_OFFSET, KvRecordBatch, kv_record_count
 from strom.record.value_batch import build_value_batch
 from strom.rpc.gen import fluss_api_pb2 as pb
@@ -65,6 +70,19 @@ def _bucket_of(table_id: int, entry: object) -> TableBucket:
 def _set_error(target: object, error: FlussError) -> None:
     target.error_code = error.code  # type: ignore[attr-defined]
     target.error_message = error.message  # type: ignore[attr-defined]
+
+
+def _check_lookup_routing(replica: Replica, keys: list[bytes]) -> None:
+    """After a rescale, a lookup routed by the old bucket count would miss its key silently: refuse
+    it retriably instead (rescaled tables use the default bucket key, so the key bytes are hashed)."""
+    info = replica.table_info
+    refuse_if_sealed(info, "a lookup")
+    if not keys or not was_rescaled(info.descriptor) or replica.bucket.bucket < 0:
+        return
+    buckets = key_bytes_buckets(pa.array(keys, pa.binary()), info.bucket_count, info.datalake_format)
+    wrong = np.flatnonzero(buckets != replica.bucket.bucket)
+    if len(wrong):
+        raise stale_routing(info, replica.bucket.bucket, int(buckets[wrong[0]]))
 
 
 def _unexpected(bucket: TableBucket, what: str, e: Exception) -> FlussError:
@@ -186,10 +204,20 @@ class KvService:
         return response
 
     async def _append(
-        self, replica: Replica, kv: KvTablet, records: bytes, target_columns: list[int] | None
+        self,
+        replica: Replica,
+        kv: KvTablet,
+        records: bytes,
+        target_columns: list[int] | None,
+        *,
+        rescaling: bool = False,
     ) -> AppendResult:
-        """Merge one bucket's KvRecordBatch and append its changelog (committed at once when alone)."""
+        """Merge one bucket's KvRecordBatch and append its changelog (committed at once when alone).
+        Only the rescale's own moves (`rescaling`) write to a sealed table."""
         async with self.kv.lock(replica.bucket):
+            if not rescaling:
+                # under the lock: a rescale's export takes it too, so no write lands behind it
+                refuse_if_sealed(replica.table_info, "a write")
             await self._reserve_auto_increment_ids(kv, records)
             # No await from here: the merge, the append and the staging see one state.
             # A leader alone in the ISR commits on append: its writes go to RocksDB at once.
@@ -235,6 +263,7 @@ class KvService:
                 result.original_partition_name = entry.original_partition_name
             try:
                 replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                _check_lookup_routing(replica, list(entry.keys))
                 if entry.HasField("original_partition_name"):
                     await self._historical_values(request, replica, entry, result)
                     continue
@@ -322,7 +351,8 @@ class KvService:
             if entry.HasField("partition_id"):
                 result.partition_id = entry.partition_id
             try:
-                _, kv = await self._leader_kv(bucket, ctx.api_version)
+                replica, kv = await self._leader_kv(bucket, ctx.api_version)
+                refuse_if_sealed(replica.table_info, "a prefix lookup")
                 for values in kv.prefix_lookup(list(entry.keys)):
                     result.value_lists.add(values=values)
             except FlussError as e:

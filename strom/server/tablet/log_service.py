@@ -31,6 +31,7 @@ from strom.common.errors import (
     StorageError,
 )
 from strom.common.predicate import BatchFilter, predicate_from_pb
+from strom.common.rescale import refuse_if_sealed
 from strom.common.schema import Schema
 from strom.common.table_bucket import TableBucket
 from strom.metrics.tablet import TabletMetrics
@@ -54,6 +55,7 @@ from strom.server.tablet.fetch_response import encode_fetch_response
 from strom.server.tablet.log.log_tablet import AppendResult, wait_durable
 from strom.server.tablet.remote_log import RemoteLog, read_remote_batches, remote_fetch_info
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
+from strom.server.tablet.rescale_routing import check_log_routing
 
 log = logging.getLogger(__name__)
 _SCHEMA_ID = struct.Struct("<h")
@@ -201,6 +203,9 @@ class LogService:
                         f"table '{replica.database}.{replica.table}' has a primary key: write it with "
                         "upserts (PutKv), not appends (ProduceLog)"
                     )
+                # No await from the seal check to the append: a rescale's cut comes after every batch
+                # that passed it (tablet/rescale_service.py).
+                refuse_if_sealed(replica.table_info, "an append")
                 tablet = replica.log_tablet()
                 if request.acks == -1 and len(replica.isr) < self.min_in_sync_replicas:
                     raise NotEnoughReplicasError(
@@ -209,6 +214,7 @@ class LogService:
                     )
                 # reading the field would copy the bytes out of the message (once per access)
                 records = views[i] if views is not None else entry.records
+                check_log_routing(replica, records)
                 appended = tablet.append_as_leader(records, replica.batch_check())
                 if self.traffic is not None:
                     self.traffic.produced(

@@ -91,6 +91,8 @@ class Replica:
     schema_history: dict[int, Schema] = field(default_factory=dict)
     _arrow_schema: pa.Schema | None = None
     _batch_check: BatchCheck | None = None
+    # (table info, bucketer, Arrow schema) of a rescaled log table (tablet/rescale_routing.py)
+    rescale_routing: tuple[Any, Any, pa.Schema] | None = None
 
     def is_leader(self, server_id: int) -> bool:
         return self.leader == server_id
@@ -355,16 +357,26 @@ class ReplicaManager:
         """The first data directory (the only one without `data.dirs`)."""
         return self.data_dirs.first
 
+    def _relative(self, database: str, table: str, bucket: TableBucket, partition_name: str | None) -> Path:
+        return replica_directory(self.data_dir, database, table, bucket, partition_name).relative_to(
+            self.data_dir
+        )
+
     def _place(
-        self, database: str, table: str, bucket: TableBucket, partition_name: str | None
+        self,
+        database: str,
+        table: str,
+        bucket: TableBucket,
+        partition_name: str | None,
+        found: tuple[DataDir | None] | None = None,
     ) -> tuple[DataDir, Path]:
         """The data directory and replica directory of a replica new to this process: where its files
         already are (a restart), else in the least-used online directory. Counted at once, so buckets
-        opening concurrently spread over the directories."""
-        relative = replica_directory(self.data_dir, database, table, bucket, partition_name).relative_to(
-            self.data_dir
-        )
-        root = self.data_dirs.holding(relative)
+        opening concurrently spread over the directories. `found`: where the files are, looked up
+        by the caller in an executor (else looked up here, with a stat per directory)."""
+        if found is None:
+            found = (self.data_dirs.holding(self._relative(database, table, bucket, partition_name)),)
+        root = found[0]
         if root is not None and not root.online:
             raise OfflineDirError(
                 f"the replica of {bucket} lies in data directory {root.path}, which is offline "
@@ -469,7 +481,11 @@ class ReplicaManager:
             opened: LogTablet | None = None
             placed: DataDir | None = None
             if bucket not in self.replicas and self.server_id in replicas:
-                placed, directory = self._place(database, table, bucket, partition_name)
+                relative = self._relative(database, table, bucket, partition_name)
+                # the stats run in an executor; the choice and its count on the loop, so that buckets
+                # opening at once still spread over the directories
+                holding = await asyncio.to_thread(self.data_dirs.holding, relative)
+                placed, directory = self._place(database, table, bucket, partition_name, (holding,))
                 self._stopped_while_opening.discard(bucket)
                 config = self.log_config(table_info)
 
@@ -486,9 +502,7 @@ class ReplicaManager:
                             # the leader epoch's entry, which become_leader_or_follower would write (and
                             # fsync) on the event loop; should it refuse the leadership, the entry names
                             # an epoch with no records in it, which truncation by epoch passes over
-                            tablet.leader_epochs.assign(
-                                leader_epoch, tablet.log_end_offset, sync_later=sync_later
-                            )
+                            tablet.leader_epochs.assign(leader_epoch, tablet.log_end_offset)
                     except BaseException:
                         tablet.close()
                         raise

@@ -1,6 +1,6 @@
 """DescribeReplicas (Strom-only, 9005): the replicas a tablet server holds, with their log start, log
 end and high watermark, the log its retention keeps for the lake, and on leaders how far each follower
-has fetched (for `strom status`)."""
+has fetched, and the server's data directories (for `strom status`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,23 @@ from collections.abc import Iterable
 
 from strom.common.table_bucket import TableBucket
 from strom.rpc.gen import strom_internal_pb2 as internal
+from strom.server.tablet.data_dirs import DataDir
 from strom.server.tablet.log.log_tablet import LogTablet
 from strom.server.tablet.replica_manager import Replica
 
 
-def describe_replicas(server_id: int, replicas: Iterable[Replica]) -> internal.DescribeReplicasResponse:
+def describe_replicas(
+    server_id: int, replicas: Iterable[Replica], data_dirs: Iterable[DataDir] = ()
+) -> internal.DescribeReplicasResponse:
     response = internal.DescribeReplicasResponse(server_id=server_id)
+    for d in data_dirs:
+        item = response.data_dirs.add(
+            path=str(d.path), replicas=d.replicas, usage_ratio=d.usage_ratio, write_locked=d.write_locked
+        )
+        if d.offline_reason is not None:
+            item.offline_reason = d.offline_reason
+        if d.free_bytes >= 0:
+            item.free_bytes = d.free_bytes
     for replica in replicas:
         tablet = replica.log
         if tablet is None:

@@ -70,6 +70,7 @@ from strom.server.tablet.remote_log import RemoteLog, RemoteLogManager
 from strom.server.tablet.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 from strom.server.tablet.replica_manager import Replica, ReplicaManager
 from strom.server.tablet.replica_status import describe_log_on_disk, describe_replicas
+from strom.server.tablet.rescale_service import RescaleService
 from strom.server.tablet.schema_history import load_schema_history
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ _BUCKET_DATA_APIS = frozenset(
         ApiKey.PREFIX_LOOKUP,
         ApiKey.LIMIT_SCAN,
         ApiKey.GET_TABLE_STATS,
+        ApiKey.RESCALE_BUCKET,
         ApiKey.SCAN_KV,
     }
 )
@@ -224,6 +226,7 @@ class TabletServer:
             historical=HistoricalLookup(dict(self.config)),
             scanners=ScannerManager(self.config),
         )
+        self.rescale_service = RescaleService(self.replica_manager, self.kv_service)
         self.dynamic_config = DynamicConfig(self.config)
         self.dynamic_config.on_change(options.LOG_REPLICA_MIN_IN_SYNC_REPLICAS_NUMBER, self._set_min_isr)
         self.dynamic_config.on_change(options.KV_SNAPSHOT_INTERVAL, self._set_snapshot_interval)
@@ -279,6 +282,7 @@ class TabletServer:
                 ApiKey.GET_METADATA: self._metadata,
                 ApiKey.LIST_ACLS: self._list_acls,
                 ApiKey.DESCRIBE_REPLICAS: self._describe_replicas,
+                ApiKey.RESCALE_BUCKET: self.rescale_service.rescale_bucket,
             }
         )
         limits = RpcLimits.from_config(self.config)
@@ -1044,7 +1048,9 @@ class TabletServer:
                 "DescribeReplicas with on_disk is served only on the internal listener or to an internal "
                 f"principal, not to {ctx.session.principal}"
             )
-        response = describe_replicas(self.server_id, list(self.replica_manager.replicas.values()))
+        response = describe_replicas(
+            self.server_id, list(self.replica_manager.replicas.values()), self.data_dirs.dirs
+        )
         for entry in request.on_disk:
             partition = entry.partition_id if entry.HasField("partition_id") else None
             bucket = TableBucket(entry.table_id, partition, entry.bucket_id)

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strom.common.errors import CorruptRecordError
+from strom.common.rescale import stale_routing, was_rescaled
 from strom.common.table_descriptor import TableInfo
 from strom.record.columnar_keys import ColumnarBucketer
 from strom.record.key_encoder import CompactedKeyEncoder, primary_key_encoder
@@ -39,8 +40,13 @@ class KeyCheck:
             row_type, arrow_schema, schema.column_indexes(info.bucket_keys), lake, info.bucket_count
         )
         self._names = info.physical_primary_key
+        self._info = info
         # (byte, bit mask) of each primary-key column's null bit in a CompactedRow
         self._null_bits = [(i // 8, 1 << (i % 8)) for i in schema.primary_key_indexes]
+
+    @property
+    def bucket(self) -> int | None:
+        return self._bucket
 
     def for_bucket(self, bucket: int | None) -> KeyCheck:
         """This check for the rows of `bucket` (the encoders are shared: they hold no state)."""
@@ -75,6 +81,9 @@ class KeyCheck:
             buckets = self._bucketer.buckets(rows)
             wrong = np.flatnonzero(buckets != self._bucket)
             if len(wrong):
+                if was_rescaled(self._info.descriptor) and self._bucket is not None:
+                    # a client still routing by the count before the rescale: it may refresh and retry
+                    raise stale_routing(self._info, self._bucket, int(buckets[wrong[0]]))
                 raise CorruptRecordError(
                     f"kv record {int(wrong[0])}: the row belongs to bucket {int(buckets[wrong[0]])}, "
                     f"not to bucket {self._bucket}"

@@ -196,8 +196,10 @@ class KvTablet:
         self._use_schema(self.table_info)
 
     def table_altered(self, table_info: TableInfo) -> None:
-        """AlterTable: writes and reads from now on are in the new schema."""
+        """AlterTable: writes and reads from now on are in the new schema (and, after a rescale, are
+        checked against the new bucket count)."""
         self._use_schema(table_info)
+        self._key_check = table_codecs(table_info).key_check.for_bucket(self._key_check.bucket)
 
     @overload
     def _upgrade(self, values: list[bytes]) -> list[bytes]: ...
@@ -693,6 +695,14 @@ class KvTablet:
         except Exception as e:
             raise KvStorageError(f"scanning the kv store failed: {e}") from e
         return self._upgrade(values)
+
+    def all_items(self) -> list[tuple[bytes, bytes]]:
+        """Every (key, stored value) in key order, read at once. With its database the tablet may be
+        read so on an executor thread (the flush guard makes a close wait for it); a pending tablet
+        only on its owner thread, where `attach_db` moves its rows away."""
+        with self._flush_guard:
+            self._check_usable()
+            return list(self._bytes_items())
 
     def open_scan(self) -> KvScan:
         """A consistent view of every committed row for ScanKv. On the owner thread: RocksDB's

@@ -880,6 +880,7 @@ class LogTablet:
         self._writers.map_end_offset = self.log_end_offset
         self._writers.take_snapshot(sync=True)
         self._write_checkpoints(sync=True)
+        self.leader_epochs.sync()
         for segment in self._segments:
             segment.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
@@ -909,6 +910,7 @@ class LogTablet:
         written = [self.directory / name for name in (RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE)]
         written += [self.directory / HIGH_WATERMARK_FILE, self.directory]
         yield written if snapshot is None else [snapshot, *written]
+        self.leader_epochs.sync()  # its writer thread's fsync of the last change
         for segment in self._segments:
             segment.close()
         marker = self.directory / CLEAN_SHUTDOWN_FILE
