@@ -4,10 +4,14 @@ writes 2 rows into every bucket.
 
 Prints the CreateTable time, the time until the first write has reached every bucket (the upsert
 writer's flush returns once every bucket acknowledged), the time until the leaders' KV tablets are all
-open (the tablet server's `kv tablets open` log line), and the tablet server's resident memory before
-and after, with the growth per bucket.
+open (the tablet server's `opened kv tablet` log lines), and the tablet server's resident memory before
+and after, with the growth per bucket. Then the cluster stops (SIGINT, a clean shutdown) and starts
+again on the same data directory: the time until its processes are up, then until a write to every
+bucket is acknowledged (a sample of lookups then finds the rows; `--no-restart` skips it).
+KV_SCALE_KEEP=1 keeps the data directory (the servers' logs).
 
-    .venv/bin/python bench/kv_scale.py [--buckets 128] [--tablet-servers 1] [--config key=value ...] [--smoke]
+    .venv/bin/python bench/kv_scale.py [--buckets 128] [--tablet-servers 1] [--config key=value ...]
+        [--no-restart] [--smoke]
 """
 
 from __future__ import annotations
@@ -68,9 +72,14 @@ def keys_per_bucket(buckets: int, per_bucket: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def local_cluster(tablet_servers: int, config: list[str]) -> Iterator[tuple[str, list[int], Path]]:
-    """`strom local --no-tiering` on a fresh data directory: (bootstrap, tablet-server pids, data dir)."""
-    data_dir = Path(tempfile.mkdtemp(prefix="strom-kv-scale-"))
+def local_cluster(
+    tablet_servers: int, config: list[str], data_dir: Path | None = None
+) -> Iterator[tuple[str, list[int], Path]]:
+    """`strom local --no-tiering`: (bootstrap, tablet-server pids, data dir). On a fresh data directory,
+    removed afterwards, unless `data_dir` is given (a restart on what an earlier run left)."""
+    fresh = data_dir is None
+    data_dir = data_dir or Path(tempfile.mkdtemp(prefix="strom-kv-scale-"))
+    (data_dir / "cluster.json").unlink(missing_ok=True)
     port = free_port()
     args = [sys.executable, "-m", "strom.cli", "local", "--no-tiering", "--port", str(port)]
     args += ["--data-dir", str(data_dir), "--tablet-servers", str(tablet_servers)]
@@ -94,7 +103,8 @@ def local_cluster(tablet_servers: int, config: list[str]) -> Iterator[tuple[str,
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
+        if fresh and not os.environ.get("KV_SCALE_KEEP"):
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def tablets_open_seconds(data_dir: Path, since: float) -> float | None:
@@ -142,6 +152,40 @@ async def measure(bootstrap: str, buckets: int, pids: list[int]) -> dict[str, An
     return figures
 
 
+async def serving_again(bootstrap: str, buckets: int, ids: list[int]) -> float:
+    """Seconds until a write to every bucket has been acknowledged (every KV tablet is open and
+    leads again); then a sample of lookups must find the rows written before the restart."""
+    started = time.monotonic()
+    connection = await fluss.FlussConnection.create(fluss.Config({"bootstrap.servers": bootstrap}))
+    try:
+        table = await connection.get_table(fluss.TablePath("fluss", f"kv_scale_{buckets}"))
+        writer = table.new_upsert().create_writer()
+        probes = ids[::ROWS_PER_BUCKET]  # one key of every bucket: its row is written again, unchanged
+        for i in probes:
+            writer.upsert({"id": i, "v": f"row-{i}"})
+        await writer.flush()
+        serving = time.monotonic() - started
+        # pyfluss batches lookups for 100 ms (client.lookup.batch-timeout), so only a sample, in turn
+        lookuper = table.new_lookup().create_lookuper()
+        for i in ids[1 :: max(1, len(ids) // 64)]:
+            row = await lookuper.lookup({"id": i})
+            if row != {"id": i, "v": f"row-{i}"}:
+                raise AssertionError(f"after the restart, lookup of {i} returned {row}")
+        return serving
+    finally:
+        await connection.close()
+
+
+def restart(args: argparse.Namespace, data_dir: Path) -> dict[str, float]:
+    """Stop (above) and start the cluster again on the same data: seconds until it is serving again."""
+    ids = keys_per_bucket(args.buckets, ROWS_PER_BUCKET)
+    started = time.monotonic()
+    with local_cluster(args.tablet_servers, args.config, data_dir) as (bootstrap, _, _):
+        up = time.monotonic() - started
+        serving = asyncio.run(serving_again(bootstrap, args.buckets, ids))
+    return {"restart_processes_up_s": up, "restart_serving_after_up_s": serving}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=(__doc__ or "").strip().splitlines()[0])
     p.add_argument("--buckets", type=int, default=128)
@@ -149,15 +193,28 @@ def main() -> None:
     p.add_argument("--config", action="append", default=[], help="key=value for every server")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.add_argument(
+        "--no-restart", action="store_true", help="skip the restart (stop, start, every bucket looked up)"
+    )
+    p.add_argument(
         "--smoke", action="store_true", help="the smallest run: it shows the benchmark still works"
     )
     args = p.parse_args()
     if args.smoke:
         args.buckets = 4
-    with local_cluster(args.tablet_servers, args.config) as (bootstrap, pids, data_dir):
-        figures = asyncio.run(measure(bootstrap, args.buckets, pids))
-        time.sleep(0.5)  # the last log lines reach the files
-        figures["kv_tablets_open_s"] = tablets_open_seconds(data_dir, figures.pop("created_at"))
+        args.no_restart = True  # a second cluster start-up is most of the smoke run's time
+    keep = Path(tempfile.mkdtemp(prefix="strom-kv-scale-"))
+    try:
+        with local_cluster(args.tablet_servers, args.config, keep) as (bootstrap, pids, data_dir):
+            figures = asyncio.run(measure(bootstrap, args.buckets, pids))
+            time.sleep(0.5)  # the last log lines reach the files
+            figures["kv_tablets_open_s"] = tablets_open_seconds(data_dir, figures.pop("created_at"))
+        if not args.no_restart:
+            figures.update(restart(args, keep))
+    finally:
+        if not os.environ.get("KV_SCALE_KEEP"):
+            shutil.rmtree(keep, ignore_errors=True)
+        else:
+            print(f"data directory kept: {keep}", file=sys.stderr)
     figures["buckets"] = args.buckets
     figures["rss_growth_per_bucket_mb"] = (figures["rss_after_mb"] - figures["rss_before_mb"]) / args.buckets
     if args.json:
@@ -172,6 +229,12 @@ def main() -> None:
     per_bucket = figures["rss_growth_per_bucket_mb"]
     print(f"tablet-server RSS                {before:.0f} MB -> {after:.0f} MB", end="")
     print(f" ({per_bucket:.2f} MB per bucket)")
+    if "restart_serving_after_up_s" in figures:
+        up, serving = figures["restart_processes_up_s"], figures["restart_serving_after_up_s"]
+        print(f"restart: processes up (cluster.json) {up:.2f} s")
+        print(
+            f"restart: then a write acknowledged by every bucket {serving:.2f} s (total {up + serving:.2f} s)"
+        )
 
 
 if __name__ == "__main__":

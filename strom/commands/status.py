@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from strom.client.cluster_status import ClusterStatus, LakeOffset, RebalanceProgress, TieringJobStatus
+from strom.client.cluster_status import (
+    BucketStatus,
+    ClusterStatus,
+    LakeOffset,
+    RebalanceProgress,
+    TableStatus,
+    TieringJobStatus,
+)
 from strom.commands.cluster_client import (
     bootstrap_option,
     client_config_option,
@@ -18,12 +25,23 @@ from strom.commands.cluster_client import (
     run_with_connection,
 )
 
+# A table with more buckets than this gets one summary row, plus a row for each bucket that needs
+# attention (no leader, a short ISR, eligible leader replicas), at most BUCKETS_NEEDING_ATTENTION:
+# a 2,048-bucket table printed 2,048 rows and buried the rest of the page.
+BUCKETS_IN_FULL = 32
+BUCKETS_NEEDING_ATTENTION = 20
+
 
 @click.command()
 @bootstrap_option
 @client_config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
-def status(bootstrap: str, config_pairs: tuple[str, ...], as_json: bool) -> None:
+@click.option(
+    "--all-buckets",
+    is_flag=True,
+    help=f"A row for every bucket (by default a table of more than {BUCKETS_IN_FULL} buckets is summarised).",
+)
+def status(bootstrap: str, config_pairs: tuple[str, ...], as_json: bool, all_buckets: bool) -> None:
     """Show how the cluster is doing: servers, buckets, lake, tiering, rebalance."""
 
     async def body(connection: Any) -> ClusterStatus:
@@ -33,7 +51,50 @@ def status(bootstrap: str, config_pairs: tuple[str, ...], as_json: bool) -> None
     if as_json:
         click.echo(json.dumps(cluster.to_json(), indent=2))
     else:
-        print_status(cluster)
+        print_status(cluster, all_buckets=all_buckets)
+
+
+def needs_attention(b: BucketStatus) -> bool:
+    return b.leader is None or len(b.isr) < len(b.replicas) or bool(b.elr)
+
+
+def shown_buckets(t: TableStatus, all_buckets: bool) -> tuple[list[BucketStatus], int]:
+    """The buckets of `t` that get a row of their own, and how many more need attention than shown."""
+    if all_buckets or len(t.buckets) <= BUCKETS_IN_FULL:
+        return t.buckets, 0
+    attention = [b for b in t.buckets if needs_attention(b)]
+    return attention[:BUCKETS_NEEDING_ATTENTION], max(0, len(attention) - BUCKETS_NEEDING_ATTENTION)
+
+
+def summary_row(t: TableStatus) -> list[str]:
+    """One row for a whole table: counts, and offsets summed over its buckets."""
+    buckets = t.buckets
+    leaderless = sum(b.leader is None for b in buckets)
+    short = sum(len(b.isr) < len(b.replicas) for b in buckets)
+    with_elr = sum(bool(b.elr) for b in buckets)
+    partitions = len({b.partition_id for b in buckets if b.partition_id is not None})
+
+    def total(values: list[int | None]) -> str:
+        known = [v for v in values if v is not None]
+        missing = len(values) - len(known)
+        return str(sum(known)) + (f" ({missing} unknown)" if missing else "")
+
+    lag = max((lag for b in buckets for lag in b.follower_lag.values()), default=None)
+    return [
+        f"{t.database}.{t.name}",
+        f"{partitions} partitions" if partitions else "",
+        f"all {len(buckets)}",
+        f"[red]{leaderless} without[/]" if leaderless else "every bucket led",
+        "",
+        f"[yellow]{short} short[/]" if short else "full",
+        f"[yellow]{with_elr} buckets[/]" if with_elr else "",
+        total([b.log_start for b in buckets]),
+        total([b.log_end for b in buckets]),
+        total([b.high_watermark for b in buckets]),
+        f"{sum(b.kv_snapshot_id is not None for b in buckets)} buckets" if t.primary_key else "",
+        "" if lag is None else f"max {lag}",
+        "",
+    ]
 
 
 def _ids(values: list[int]) -> str:
@@ -44,7 +105,7 @@ def _offset(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def print_status(cluster: ClusterStatus) -> None:
+def print_status(cluster: ClusterStatus, *, all_buckets: bool = False) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -87,8 +148,13 @@ def print_status(cluster: ClusterStatus) -> None:
         "kv snapshot", "follower lag", "held for lake",
     ):  # fmt: skip
         buckets.add_column(column)
+    summarised = False
     for t in cluster.tables:
-        for b in t.buckets:
+        shown, more = shown_buckets(t, all_buckets)
+        if shown is not t.buckets:
+            summarised = True
+            buckets.add_row(*summary_row(t), style="bold")
+        for b in shown:
             under = len(b.isr) < len(b.replicas)
             buckets.add_row(
                 f"{t.database}.{t.name}",
@@ -105,6 +171,13 @@ def print_status(cluster: ClusterStatus) -> None:
                 " ".join(f"{f}:{lag}" for f, lag in sorted(b.follower_lag.items())),
                 held_for_lake(b.held_local, b.held_remote),
             )
+        if more:
+            buckets.add_row(f"{t.database}.{t.name}", "", f"[yellow]{more} more needing attention[/]")
+    if summarised:
+        buckets.caption = (
+            f"Tables of more than {BUCKETS_IN_FULL} buckets: one summary row (offsets summed) and the "
+            "buckets needing attention; --all-buckets shows every bucket, --json everything."
+        )
     console.print(buckets)
 
     rescaled = [t for t in cluster.tables if t.rescale is not None]

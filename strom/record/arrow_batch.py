@@ -48,6 +48,9 @@ Buffer = bytes | bytearray | memoryview
 
 ARROW_COMPRESSIONS = ("NONE", "LZ4_FRAME", "ZSTD")
 
+# Arrow data below this is never compressed (`serialize_arrow_records`)
+SMALL_BATCH_BYTES = 256
+
 # The V0 header with the CRC field zeroed: base_offset, length, magic, commit_ts, crc, schema_id,
 # attributes, last_offset_delta, writer_id, batch_sequence, record_count.
 _V0_HEADER = struct.Struct("<qibqIhbiqii")
@@ -72,9 +75,15 @@ def _write_options(compression: str, zstd_level: int) -> pa.ipc.IpcWriteOptions 
 def serialize_arrow_records(
     records: pa.RecordBatch, compression: str = "NONE", zstd_level: int = 3
 ) -> pa.Buffer:
-    """One encapsulated Arrow IPC RecordBatch message (continuation marker, metadata, body)."""
+    """One encapsulated Arrow IPC RecordBatch message (continuation marker, metadata, body).
+
+    A batch of less than SMALL_BATCH_BYTES of Arrow data is written uncompressed whatever
+    `compression` says: each buffer is compressed on its own with a frame header, so it would only
+    grow (2 rows of an int and a string: 312 bytes plain, 408 with ZSTD), and ZSTD costs ~0.7 ms per
+    batch this small (a context per buffer), which for a PK table's one-row writes was most of the
+    server's time per write. Every reader takes both: the codec is recorded per message."""
     options = _write_options(compression, zstd_level)
-    if options is None:
+    if options is None or records.nbytes < SMALL_BATCH_BYTES:
         return records.serialize()
     # RecordBatch.serialize() takes no write options, so write a stream and cut off its leading Schema
     # message (continuation, int32 metadata length, metadata; a schema has no body).

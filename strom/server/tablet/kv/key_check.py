@@ -9,6 +9,8 @@ columns are hashed with the table's bucket function. A null primary-key column f
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,12 +35,9 @@ class KeyCheck:
         key_format = None if isinstance(encoder.encoder, CompactedKeyEncoder) else lake
         self._keys = ColumnarBucketer(row_type, arrow_schema, key_indexes, key_format, info.bucket_count)
         self._bucket = bucket
-        self._buckets = (
-            ColumnarBucketer(
-                row_type, arrow_schema, schema.column_indexes(info.bucket_keys), lake, info.bucket_count
-            )
-            if bucket is not None
-            else None
+        # built even when no bucket is checked, so that `for_bucket` shares it
+        self._bucketer = ColumnarBucketer(
+            row_type, arrow_schema, schema.column_indexes(info.bucket_keys), lake, info.bucket_count
         )
         self._names = info.physical_primary_key
         self._info = info
@@ -48,6 +47,14 @@ class KeyCheck:
     @property
     def bucket(self) -> int | None:
         return self._bucket
+
+    def for_bucket(self, bucket: int | None) -> KeyCheck:
+        """This check for the rows of `bucket` (the encoders are shared: they hold no state)."""
+        if bucket == self._bucket:
+            return self
+        check = copy.copy(self)
+        check._bucket = bucket
+        return check
 
     def check_null_keys(self, values: list[bytes]) -> None:
         """No row may set the null bit of a primary-key column (decoding would misread it)."""
@@ -70,8 +77,8 @@ class KeyCheck:
             raise CorruptRecordError(
                 f"kv record {first}: its key is not the encoding of the row's primary key {self._names}"
             )
-        if self._buckets is not None:
-            buckets = self._buckets.buckets(rows)
+        if self._bucket is not None:
+            buckets = self._bucketer.buckets(rows)
             wrong = np.flatnonzero(buckets != self._bucket)
             if len(wrong):
                 if was_rescaled(self._info.descriptor) and self._bucket is not None:

@@ -148,6 +148,7 @@ class KvManager:
         self._open_executor = ThreadPoolExecutor(open_concurrency + 1, thread_name_prefix="kv-open")
         self._open_turns = asyncio.Semaphore(open_concurrency)
         self._scheduled: dict[TableBucket, asyncio.Task[None]] = {}  # open_soon tasks
+        self._opened_in_memory = 0  # new tablets opened since the last log line about them
         self._idle_seen: dict[TableBucket, int] = {}  # flushed offset at the previous idle check
         self.commit_snapshot = commit_snapshot
         self.on_snapshot = on_snapshot  # every completed snapshot and how long it took (metrics)
@@ -196,6 +197,18 @@ class KvManager:
     def _unschedule(self, bucket: TableBucket, done: asyncio.Task[None]) -> None:
         if self._scheduled.get(bucket) is done:
             del self._scheduled[bucket]
+        if not self._scheduled:
+            self._log_opened_in_memory()
+
+    def _log_opened_in_memory(self) -> None:
+        """One line for the tablets opened in memory since the last one (a line per tablet cost the
+        event loop ~0.5 ms each: a second for a 2,048-bucket table)."""
+        if self._opened_in_memory:
+            log.info(
+                "opened kv tablets of %d bucket(s) in memory (no database until they grow)",
+                self._opened_in_memory,
+            )
+            self._opened_in_memory = 0
 
     async def _open_in_turn(self, replica: Replica) -> None:
         async with self._open_turns:
@@ -341,11 +354,14 @@ class KvManager:
                     f"the leadership of {bucket} changed while its kv tablet opened"
                 )
             self._tablets[bucket] = entry
-            log.info(
+            log.debug(
                 "opened kv tablet of %s in memory from its changelog (%d changes, no snapshot)",
                 bucket,
                 log_end,
             )
+            self._opened_in_memory += 1  # one line for them all (`_log_opened_in_memory`)
+            if bucket not in self._scheduled:
+                self._log_opened_in_memory()
             return entry
         snapshot, snapshotter, kv = restored
         start = 0 if snapshot is None else snapshot.log_offset
@@ -375,7 +391,10 @@ class KvManager:
         """The tablet of a bucket with an empty log: serving from memory now."""
         entry = self._pending_entry(replica)
         self._tablets[replica.bucket] = entry
-        log.info("opened kv tablet of %s in memory (no database until it grows)", replica.bucket)
+        log.debug("opened kv tablet of %s in memory (no database until it grows)", replica.bucket)
+        self._opened_in_memory += 1
+        if replica.bucket not in self._scheduled:  # opened by a request, not in turn
+            self._log_opened_in_memory()
         return entry
 
     def _pending_entry(self, replica: Replica) -> _Open:

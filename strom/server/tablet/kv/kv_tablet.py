@@ -57,16 +57,15 @@ from strom.common.schema import Schema
 from strom.common.table_descriptor import TableInfo
 from strom.record.arrow_batch import build_arrow_log_batch
 from strom.record.change_type import ChangeType
-from strom.record.compacted_row import CompactedRowDecoder
 from strom.record.kv_batch import KvRecordBatch
 from strom.record.log_batch import NO_WRITER_ID
 from strom.record.schema_evolution import RowUpgrader
 from strom.server.tablet.kv.auto_increment import auto_increment_column
-from strom.server.tablet.kv.key_check import KeyCheck
 from strom.server.tablet.kv.pending_store import PendingBudget, PendingStore
 from strom.server.tablet.kv.pre_write_buffer import PreWriteBuffer
 from strom.server.tablet.kv.row_merger import DefaultRowMerger, RowMerger, create_row_merger
 from strom.server.tablet.kv.shared_rocksdb import SharedRocksDb
+from strom.server.tablet.kv.table_codecs import table_codecs
 from strom.server.tablet.log.log_tablet import AppendResult, LogTablet
 
 __all__ = ["KvScan", "KvTablet", "PreparedPut", "TabletState"]
@@ -162,7 +161,7 @@ class KvTablet:
         self._flushed_offset = flushed_offset
         self._row_count = row_count
         self._wal_image = table_info.changelog_image is ChangelogImage.WAL
-        self._key_check = KeyCheck(table_info, bucket)
+        self._key_check = table_codecs(table_info).key_check.for_bucket(bucket)
         self._compression = table_info.arrow_compression_type.value
         self._zstd_level = table_info.arrow_compression_zstd_level
         # every schema of the table by id (AlterTable adds columns; rows keep the id they were
@@ -182,11 +181,10 @@ class KvTablet:
         self.schemas[table_info.schema_id] = table_info.schema
         self._schema_id = table_info.schema_id
         self._schema_prefix = _SCHEMA_ID.pack(table_info.schema_id)
-        self._arrow_schema = table_info.schema.to_arrow_schema()
-        self._decoder = CompactedRowDecoder(table_info.schema.row_type)
-        self._empty_records = pa.RecordBatch.from_arrays(
-            [pa.array([], f.type) for f in self._arrow_schema], schema=self._arrow_schema
-        )
+        codecs = table_codecs(table_info)  # compiled once per table, shared by its tablets
+        self._arrow_schema = codecs.arrow_schema
+        self._decoder = codecs.decoder
+        self._empty_records = codecs.empty_records
         self._mergers: dict[tuple[int, ...], RowMerger] = {}
         self._upgrader = RowUpgrader(self.schemas, self._schema_id) if len(self.schemas) > 1 else None
         # New keys get their auto-increment id here; the caller reserves the ids (auto_increment.py).
@@ -201,7 +199,7 @@ class KvTablet:
         """AlterTable: writes and reads from now on are in the new schema (and, after a rescale, are
         checked against the new bucket count)."""
         self._use_schema(table_info)
-        self._key_check = KeyCheck(table_info, self._key_check.bucket)
+        self._key_check = table_codecs(table_info).key_check.for_bucket(self._key_check.bucket)
 
     @overload
     def _upgrade(self, values: list[bytes]) -> list[bytes]: ...

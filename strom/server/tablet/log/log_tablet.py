@@ -17,9 +17,10 @@ import asyncio
 import logging
 import os
 import struct
+import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,7 @@ CLEAN_SHUTDOWN_FILE = "clean-shutdown"
 RECOVERY_POINT_FILE = "recovery-point.checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset.checkpoint"
 HIGH_WATERMARK_FILE = "high-watermark.checkpoint"
+_CHECKPOINTS = (RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE, HIGH_WATERMARK_FILE)
 
 _LENGTH = struct.Struct("<i")
 
@@ -163,6 +165,12 @@ class LogTablet:
         # log.flush.interval-messages: the fsync submitted last, the offset it covers, its generation
         self._interval_flush: tuple[int, int, Future[None]] | None = None
         self._closed = False
+        # The high-watermark checkpoint is also written from a thread (`write_high_watermark_checkpoint`,
+        # the periodic one): each writer takes this lock and writes the value current at that moment,
+        # so the file never goes back to an older value; the value last written is remembered, so the
+        # periodic pass skips tablets whose high watermark did not move.
+        self._hw_file_lock = threading.Lock()
+        self._checkpointed_hw = -1
         # which leader term wrote which offsets (KIP-101); truncation after a leader change uses it
         self.leader_epochs = LeaderEpochCache.load(directory)
 
@@ -170,9 +178,17 @@ class LogTablet:
 
     @classmethod
     def open(
-        cls, directory: Path, config: LogConfig, *, now_ms: Callable[[], int] = _wall_clock_ms
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        now_ms: Callable[[], int] = _wall_clock_ms,
+        sync_later: list[Path] | None = None,
     ) -> LogTablet:
-        """Load (and if needed recover) the log in `directory`, creating it when absent."""
+        """Load (and if needed recover) the log in `directory`, creating it when absent.
+
+        `sync_later`: the removal of the clean-shutdown marker is not synced here; the directory is
+        added there, and the caller syncs it before it appends anything (replica_opener.py)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         clean_marker = directory / CLEAN_SHUTDOWN_FILE
@@ -182,12 +198,19 @@ class LogTablet:
         hw_checkpoint = read_offset_checkpoint(directory / HIGH_WATERMARK_FILE)
 
         segments = cls._load_segments(directory, config, clean, recovery_point)
+        # a log with nothing on disk yet: its checkpoints and writer snapshot would say what their
+        # absence says (offset 0, no writers), so they are not written (a server taking 2,048 new
+        # buckets spent a third of their opening time on these five files)
+        new = not segments and not start_checkpoint
         if not segments:
             segments = [LogSegment.create(directory, start_checkpoint or 0, config)]
         # From here on a crash must look unclean: the marker goes before anything is written.
         if clean:
             clean_marker.unlink()
-            fsync_path(directory)
+            if sync_later is None:
+                fsync_path(directory)
+            else:
+                sync_later.append(directory)
 
         writers = WriterStateManager(directory, config.writer_expiration_ms)
         tablet = cls(directory, config, now_ms, segments, writers)
@@ -199,9 +222,18 @@ class LogTablet:
         tablet.leader_epochs.truncate_from_end(leo)  # epochs of a cut tail are gone with it
         tablet.leader_epochs.truncate_from_start(tablet.log_start_offset)
         tablet._rebuild_writer_state(leo)
-        writers.delete_snapshots_below(first_base)
-        writers.take_snapshot()
-        tablet._write_checkpoints(sync=False)
+        if not new:
+            writers.delete_snapshots_below(first_base)
+            writers.take_snapshot()
+            # each checkpoint that changed (after a clean stop none did: at 2,048 replicas their
+            # renames were most of a restart's opening time)
+            read = (recovery_point, start_checkpoint, hw_checkpoint)
+            now = (tablet.recovery_point, tablet.log_start_offset, tablet.high_watermark)
+            for name, before, value in zip(_CHECKPOINTS, read, now, strict=True):
+                if before != value:
+                    write_offset_checkpoint(directory / name, value)
+            if hw_checkpoint == tablet.high_watermark:
+                tablet._checkpointed_hw = tablet.high_watermark
         return tablet
 
     @staticmethod
@@ -306,9 +338,28 @@ class LogTablet:
         return self.high_watermark
 
     def checkpoint_high_watermark(self, *, sync: bool = False) -> None:
-        """Persist the high watermark (the replica calls this periodically)."""
+        """Persist the high watermark now, on the caller's thread."""
         self._poll_flushes()
-        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+        self._write_high_watermark(sync=sync)
+
+    @property
+    def high_watermark_checkpointed(self) -> bool:
+        """Whether the checkpoint file holds the current high watermark (as this tablet last wrote it)."""
+        return self._checkpointed_hw == self.high_watermark
+
+    def write_high_watermark_checkpoint(self) -> None:
+        """The periodic checkpoint, safe to call from another thread than the tablet's owner: the file
+        replacement is blocking disk work (a rename each; thousands of tablets held a server's event
+        loop for seconds every interval). A closed tablet is left alone: close() wrote its last one."""
+        self._write_high_watermark(sync=False)
+
+    def _write_high_watermark(self, *, sync: bool) -> None:
+        with self._hw_file_lock:
+            if self._closed:
+                return
+            value = self.high_watermark
+            write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, value, sync=sync)
+            self._checkpointed_hw = value
 
     # ---- appending -------------------------------------------------------------------------
 
@@ -774,9 +825,16 @@ class LogTablet:
 
     # ---- durability ------------------------------------------------------------------------
 
+    def poll_flushes(self) -> None:
+        """Take the background fsyncs that finished (the periodic checkpoint pass calls it, so an idle
+        log's recovery point advances too)."""
+        self._poll_flushes()
+
     def _poll_flushes(self) -> None:
         """Advance the recovery point past rolled segments whose background fsync finished."""
         pending = self._pending_flushes
+        if not pending:
+            return
         advanced = False
         while pending and pending[0][2].done():
             generation, offset, future = pending.pop(0)
@@ -812,7 +870,7 @@ class LogTablet:
     def _write_checkpoints(self, *, sync: bool) -> None:
         write_offset_checkpoint(self.directory / RECOVERY_POINT_FILE, self.recovery_point, sync=sync)
         write_offset_checkpoint(self.directory / LOG_START_OFFSET_FILE, self.log_start_offset, sync=sync)
-        write_offset_checkpoint(self.directory / HIGH_WATERMARK_FILE, self.high_watermark, sync=sync)
+        self._write_high_watermark(sync=sync)
 
     def close(self) -> None:
         """Flush, snapshot the writer state, checkpoint, and mark the shutdown clean."""
@@ -834,6 +892,33 @@ class LogTablet:
         fsync_path(self.directory)
         self._closed = True
 
+    def closing(self) -> Iterator[list[Path]]:
+        """close() in steps, for closing many logs together (ReplicaManager.close): each step yields
+        the files it wrote, which the caller fsyncs (with the other logs' files, in parallel) before
+        asking for the next step. The order is close()'s: the data, then the checkpoints that say it
+        is durable, then the clean-shutdown marker, each only once the step before it is on disk."""
+        if self._closed:
+            return
+        self._wait_for_flushes()
+        active = self._segments[-1]
+        active.persist_indexes()
+        yield [active.path, active.offset_index_path, active.time_index_path, self.directory]
+        self.recovery_point = self.log_end_offset
+        self._writers.map_end_offset = self.log_end_offset
+        snapshot = self._writers.take_snapshot()
+        self._write_checkpoints(sync=False)
+        written = [self.directory / name for name in (RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE)]
+        written += [self.directory / HIGH_WATERMARK_FILE, self.directory]
+        yield written if snapshot is None else [snapshot, *written]
+        self.leader_epochs.sync()  # its writer thread's fsync of the last change
+        for segment in self._segments:
+            segment.close()
+        marker = self.directory / CLEAN_SHUTDOWN_FILE
+        os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        yield [marker, self.directory]
+        with self._hw_file_lock:
+            self._closed = True
+
     def release(self) -> None:
         """Close the files without flushing, checkpointing or marking a clean shutdown: for a log that
         is deleted next (its fsyncs would be wasted, and a big one holds the caller for long)."""
@@ -841,7 +926,8 @@ class LogTablet:
             return
         for segment in self._segments:
             segment.close()
-        self._closed = True
+        with self._hw_file_lock:  # a periodic checkpoint under way ends before the files go
+            self._closed = True
 
     def _check_open(self) -> None:
         if self._closed:
