@@ -1,10 +1,11 @@
 """Rescaling a lake-enabled table (docs/operations.md "Rescaling buckets", docs/lake.md): a real cluster
-with Iceberg, the tiering service in-process (LocalSplitRunner, no Spark).
+with Iceberg or Paimon, the tiering service in-process (LocalSplitRunner, no Spark).
 
-A log table without a bucket key (Iceberg partitions it by identity on `__bucket`) goes 2 -> 4 between
-two tiering rounds: the old buckets resume from the lake's offsets, the new ones are tiered from 0, and
-pyiceberg reads every row exactly once, from all four buckets. A lake-enabled primary-key table (its
-Iceberg table is partitioned by bucket(2) of the key) is refused with the reason, and keeps 2 buckets.
+A log table without a bucket key (Iceberg: partitioned by identity on `__bucket`; Paimon:
+bucket-unaware) goes 2 -> 4 between two tiering rounds: the old buckets resume from the lake's offsets,
+the new ones are tiered from 0, and pyiceberg / pypaimon read every row exactly once, from all four
+buckets. A lake-enabled primary-key table (laid out by bucket(2) of the key, or Paimon's `bucket = 2`)
+is refused with its format's reason, and keeps 2 buckets.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pytest
 from harness import Cluster
 from pyiceberg.catalog import load_catalog
+from pypaimon import CatalogFactory
 
 from strom.client import Connection, OffsetSpec, Schema, TableDescriptor, TablePath
 from strom.client.table_change import TableChange
@@ -27,15 +29,29 @@ from strom.spark.tiering.service import TieringService, TieringSettings
 LAKE = {"table.datalake.enabled": "true", "table.datalake.freshness": "1s"}
 
 
-def test_lake_enabled_log_table_rescaled_between_tiering_rounds(tmp_path: Path) -> None:
-    iceberg = {
-        "type": "sql",
-        "uri": f"sqlite:///{tmp_path}/iceberg_catalog.db",
-        "warehouse": f"file://{tmp_path}/warehouse",
-    }
-    config = {"datalake.format": "iceberg", **{f"datalake.iceberg.{k}": v for k, v in iceberg.items()}}
+def lake_rows(lake: str, properties: dict[str, str]) -> list[dict[str, Any]]:
+    """The lake table's rows as the format's own library reads them."""
+    if lake == "iceberg":
+        return load_catalog(**properties).load_table(("lake", "events")).scan().to_arrow().to_pylist()
+    table = CatalogFactory.create(properties).get_table("lake.events")
+    builder = table.new_read_builder()
+    return builder.new_read().to_arrow(builder.new_scan().plan().splits()).to_pylist()
+
+
+@pytest.mark.parametrize("lake", ["iceberg", "paimon"])
+def test_lake_enabled_log_table_rescaled_between_tiering_rounds(tmp_path: Path, lake: str) -> None:
+    properties = (
+        {
+            "type": "sql",
+            "uri": f"sqlite:///{tmp_path}/iceberg_catalog.db",
+            "warehouse": f"file://{tmp_path}/wh",
+        }
+        if lake == "iceberg"
+        else {"metastore": "filesystem", "warehouse": str(tmp_path / "paimon")}
+    )
+    config = {"datalake.format": lake, **{f"datalake.{lake}.{k}": v for k, v in properties.items()}}
     cluster = Cluster(tmp_path / "cluster", tablet_servers=1, config=config).start()
-    settings = TieringSettings(cluster.bootstrap, "iceberg", iceberg, poll_interval=0.2)
+    settings = TieringSettings(cluster.bootstrap, lake, properties, poll_interval=0.2)
     path = TablePath("lake", "events")
     pk_path = TablePath("lake", "users")
 
@@ -74,10 +90,13 @@ def test_lake_enabled_log_table_rescaled_between_tiering_rounds(tmp_path: Path) 
             after = await lake_offsets(admin)
             ends = await admin.list_offsets(path, range(4), OffsetSpec.latest())
 
-            # a primary-key table's Iceberg table is laid out by the count: refused, unchanged
+            # a primary-key table's lake table is laid out by the count: refused, unchanged
             pk = Schema.from_arrow_schema(columns, ["id"])
             await admin.create_table(pk_path, TableDescriptor(pk, bucket_count=2, properties=LAKE))
-            with pytest.raises(errors.InvalidAlterTableError, match="Iceberg table is partitioned by bucket"):
+            reason = (
+                "Iceberg table is partitioned by bucket" if lake == "iceberg" else "Paimon fixes the bucket"
+            )
+            with pytest.raises(errors.InvalidAlterTableError, match=reason):
                 await admin.alter_table(pk_path, [TableChange.set_option("bucket.num", "4")])
             assert (await admin.get_table_info(pk_path)).bucket_count == 2
             return before, after, ends
@@ -90,7 +109,7 @@ def test_lake_enabled_log_table_rescaled_between_tiering_rounds(tmp_path: Path) 
     assert sorted(before) == [0, 1] and sum(before.values()) == 200
     assert {b: after[b] for b in range(4)} == {b: ends[b] for b in range(4)}
     assert all(after[b] > before[b] for b in (0, 1)) and all(after[b] > 0 for b in (2, 3))
-    rows = load_catalog(**iceberg).load_table(("lake", "events")).scan().to_arrow().to_pylist()
+    rows = lake_rows(lake, properties)
     assert sorted(r["id"] for r in rows) == list(range(600))  # each row once
     assert all(r["v"] == f"v{r['id']}" for r in rows)
     assert {r["__bucket"] for r in rows} == {0, 1, 2, 3}
