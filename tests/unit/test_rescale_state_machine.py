@@ -181,12 +181,29 @@ def test_what_a_rescale_refuses() -> None:
     merge = TableDescriptor(SCHEMA, bucket_count=4, properties={"table.merge-engine": "first_row"})
     with pytest.raises(InvalidAlterTableError, match="default merge engine"):
         check_rescalable("t", merge, 8, 4096)
-    lake = TableDescriptor(SCHEMA, bucket_count=4, properties={"table.datalake.enabled": "true"})
-    with pytest.raises(InvalidAlterTableError, match="lake-enabled"):
-        check_rescalable("t", lake, 8, 4096)
     two = Schema([Column("a", INT()), Column("b", INT())], primary_key=["a", "b"])
     with pytest.raises(InvalidAlterTableError, match="bucket key"):
         check_rescalable("t", TableDescriptor(two, bucket_keys=["a"], bucket_count=4), 8, 4096)
+
+
+@pytest.mark.parametrize("lake", ["iceberg", "paimon", "lance", None])
+def test_lake_enabled_tables_rescale_unless_the_lake_layout_has_the_count(lake: str | None) -> None:
+    props = {"table.datalake.enabled": "true"} | ({"table.datalake.format": lake} if lake else {})
+    log = Schema([Column("a", INT()), Column("b", INT())])
+    # log rows never move, and these lake tables have no bucket count in their layout
+    check_rescalable("t", TableDescriptor(log, bucket_count=4, properties=props), 8, 4096)
+    keyed_log = TableDescriptor(log, bucket_keys=["a"], bucket_count=4, properties=props)
+    if lake in ("iceberg", "paimon"):  # bucket(n) partitioning, Paimon's fixed `bucket`
+        with pytest.raises(InvalidAlterTableError, match=f"(?i)lake-enabled.*{lake}"):
+            check_rescalable("t", keyed_log, 8, 4096)
+    else:
+        check_rescalable("t", keyed_log, 8, 4096)
+    # primary-key tables: every format refuses, each with its reason
+    with pytest.raises(InvalidAlterTableError, match="lake-enabled table 't'"):
+        check_rescalable("t", TableDescriptor(SCHEMA, bucket_count=4, properties=props), 8, 4096)
+    # not lake-enabled: the format alone (a cluster's default) refuses nothing
+    paimon_default = TableDescriptor(SCHEMA, bucket_count=4, properties={"table.datalake.format": "paimon"})
+    check_rescalable("t", paimon_default, 8, 4096)
 
 
 def test_alter_table_asks_for_a_rescale_alone() -> None:

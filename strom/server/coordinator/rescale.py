@@ -150,10 +150,12 @@ def check_rescalable(table: str, descriptor: TableDescriptor, new_count: int, ma
             f"Bucket count {new_count} exceeds the maximum limit {max_buckets} (max.bucket.num)."
         )
     if table_lake_enabled(descriptor.properties):
-        raise InvalidAlterTableError(
-            f"Cannot rescale table '{table}': it is lake-enabled, and its lake table is laid out by the "
-            "bucket count. Disable 'table.datalake.enabled' first."
-        )
+        reason = lake_refusal(descriptor)
+        if reason is not None:
+            raise InvalidAlterTableError(
+                f"Cannot rescale lake-enabled table '{table}': {reason}. Disable 'table.datalake.enabled' "
+                "first (the lake table keeps what was tiered)."
+            )
     if descriptor.has_primary_key:
         engine = descriptor.properties.get("table.merge-engine")
         if engine is not None and engine.strip().lower() not in ("", "default"):
@@ -173,6 +175,51 @@ def check_rescalable(table: str, descriptor: TableDescriptor, new_count: int, ma
             f"Cannot rescale table '{table}': writes routed by the old count are detected in ARROW "
             "batches only, and its log format is not ARROW."
         )
+
+
+def lake_refusal(descriptor: TableDescriptor) -> str | None:
+    """Why the lake table of a lake-enabled table cannot follow a new bucket count, or None.
+
+    Tiering itself follows a rescale: each round reads the table's current count, old buckets resume
+    from the lake snapshot's offsets and new ones start at 0. What cannot follow is a lake table whose
+    layout is the bucket count:
+    - Iceberg: a table with a bucket key is partitioned by `bucket(n)` of it, so a new count needs a new
+      partition spec. A primary-key table would then need position deletes against data files of the
+      old spec (Iceberg applies one only to files of its own spec and partition), and the writer
+      writes every file under the current spec. Log tables without a bucket key are partitioned by
+      identity on `__bucket`: new buckets are new partition values.
+    - Paimon: `bucket` is fixed in the table's options and each manifest entry records the count its
+      file was written under (`_TOTAL_BUCKETS`); Paimon writes a bucket under another count only after
+      the whole table is rewritten (its INSERT OVERWRITE rescale). Bucket-unaware log tables (no
+      bucket key) have no count.
+    - Delta: a primary-key round is one MERGE that takes each key's changes from one bucket; a moved key
+      has changes in two (its -D in the old bucket, its +I in the new one).
+    Log rows never move, and Delta and Lance log tables are not laid out by bucket.
+    """
+    lake = (descriptor.properties.get(TABLE_DATALAKE_FORMAT.key) or "").strip().lower()
+    if descriptor.has_primary_key:
+        if lake == "iceberg":
+            return (
+                "its Iceberg table is partitioned by bucket(n) of the key, and the deletes of keys written "
+                "under the old partition spec cannot be written after the spec changes"
+            )
+        if lake == "paimon":
+            return (
+                "Paimon fixes the bucket count in the table's 'bucket' option and in its manifests, and "
+                "writes under another count only after the whole table is rewritten"
+            )
+        return (
+            f"a {lake or 'Delta'} primary-key round merges each key's changes from one bucket, and a moved "
+            "key has changes in two"
+        )
+    if descriptor.bucket_keys and lake in ("iceberg", "paimon"):
+        if lake == "iceberg":
+            return "its Iceberg table is partitioned by bucket(n) of the bucket key, and n would change"
+        return (
+            "Paimon fixes the bucket count in the table's 'bucket' option and in its manifests, and "
+            "writes under another count only after the whole table is rewritten"
+        )
+    return None
 
 
 def _now_ms(after: int = 0) -> int:
