@@ -770,7 +770,8 @@ LOG_REPLICA_HIGH_WATERMARK_CHECKPOINT_INTERVAL: ConfigOption[timedelta] = Config
     "log.replica.high-watermark.checkpoint-interval",
     timedelta,
     timedelta(seconds=5),
-    "How often high watermarks are checkpointed to disk.",
+    "How often high watermarks are checkpointed to disk (in an executor, only the logs whose high "
+    "watermark moved since the last checkpoint).",
 )
 LOG_REPLICA_MAX_LAG_TIME: ConfigOption[timedelta] = ConfigOption(
     "log.replica.max-lag-time",
