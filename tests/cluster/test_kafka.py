@@ -213,6 +213,64 @@ def test_kafka_clients_produce_and_consume_and_pyfluss_reads_the_topic(local: di
     assert int(by_key[b"k40"]["timestamp"].timestamp() * 1000) == 1_700_000_000_040
 
 
+def test_aiokafka_produces_idempotently_and_a_group_consumes_and_commits(local: dict[str, Any]) -> None:
+    """aiokafka, the asyncio client: an idempotent acks=all producer, then a consumer group member
+    that reads from the earliest offset and commits; a later member of the group starts after it."""
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    servers = _kafka_servers(local)
+    admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=15000)
+    try:
+        admin.create_topics([NewTopic("aio", 2, 2)])
+    finally:
+        admin.close()
+
+    async def produce() -> list[tuple[int, int]]:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=servers, acks="all", enable_idempotence=True, compression_type="gzip"
+        )
+        await producer.start()
+        try:
+            sent = [
+                await producer.send_and_wait(
+                    "aio", b"v%d" % i, key=b"k%d" % i, partition=i % 2, headers=[("n", str(i).encode())]
+                )
+                for i in range(20)
+            ]
+        finally:
+            await producer.stop()
+        return [(m.partition, m.offset) for m in sent]
+
+    async def consume(expected: int) -> list[Any]:
+        consumer = AIOKafkaConsumer(
+            "aio",
+            bootstrap_servers=servers,
+            group_id="aio-readers",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            got: list[Any] = []
+            deadline = time.monotonic() + 20
+            while len(got) < expected and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    got.extend(records)
+            await consumer.commit()
+            if expected == 0:  # nothing may come after the committed offsets
+                got.extend(r for rs in (await consumer.getmany(timeout_ms=1000)).values() for r in rs)
+        finally:
+            await consumer.stop()
+        return got
+
+    positions = asyncio.run(produce())
+    assert sorted(positions) == sorted((p, o) for p in range(2) for o in range(10))
+    records = asyncio.run(consume(20))
+    assert sorted((r.key, r.value) for r in records) == sorted((b"k%d" % i, b"v%d" % i) for i in range(20))
+    assert {r.headers for r in records if r.key == b"k3"} == {(("n", b"3"),)}
+    assert asyncio.run(consume(0)) == []
+
+
 def _kcat() -> str:
     """kcat's path (Debian's package; older releases call it kafkacat). `make test` installs it
     (scripts/install_kcat.sh): under CI a missing kcat fails the test, naming what is missing."""
