@@ -8,6 +8,8 @@ import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -39,14 +41,41 @@ def test_every_script_is_covered() -> None:
     assert covered == SCRIPTS, "a new bench script needs a smoke run here"
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
-def test_benchmark_runs_at_its_smallest_size(name: str) -> None:
-    if name == "lazyfs_overhead" and (why := fuse_available()) is not None:
-        pytest.skip(why)  # as the fault tests that use the same file system
+SmokeRun = Future[subprocess.CompletedProcess[str]]
+
+
+def _smoke_run(name: str) -> subprocess.CompletedProcess[str]:
     args = ["--smoke"] if name in OWN_REPORT else ["--smoke", "--json"]
-    result = subprocess.run(
+    return subprocess.run(
         [sys.executable, str(BENCH / f"{name}.py"), *args], capture_output=True, text=True, timeout=600
     )
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, SmokeRun]]:
+    """The smoke runs of the scripts this pytest run selected, two at a time: most of a run is
+    start-up and waiting, and one at a time they took three and a half minutes of the suite. Each
+    test below checks its own script."""
+    selected: list[str] = [
+        str(item.callspec.params["name"])
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.originalname == "test_benchmark_runs_at_its_smallest_size"
+    ]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        yield {name: pool.submit(_smoke_run, name) for name in selected if _skip_reason(name) is None}
+
+
+def _skip_reason(name: str) -> str | None:
+    # as the fault tests that use the same file system
+    return fuse_available() if name == "lazyfs_overhead" else None
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_benchmark_runs_at_its_smallest_size(name: str, smoke_runs: dict[str, SmokeRun]) -> None:
+    if (why := _skip_reason(name)) is not None:
+        pytest.skip(why)
+    result = smoke_runs[name].result()
     assert result.returncode == 0, (
         f"bench/{name}.py failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     )

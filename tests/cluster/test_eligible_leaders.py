@@ -112,7 +112,13 @@ def power_cut(cluster: Cluster, mounts: dict[int, LazyMount], server_id: int) ->
     mounts[server_id].power_cut()
 
 
-@pytest.mark.parametrize("unclean", [False, True], ids=["elr", "unclean-election-after-waiting"])
+# the unclean variant is long (make test-long, 20 s): test_an_unclean_election_takes_the_longest_live_log
+# keeps unclean elections in make test
+@pytest.mark.parametrize(
+    "unclean",
+    [False, pytest.param(True, marks=pytest.mark.long)],
+    ids=["elr", "unclean-election-after-waiting"],
+)
 @requires_fuse()
 def test_acknowledged_records_survive_a_power_cut_of_two_replicas_while_the_third_is_paused(
     tmp_path: Path, unclean: bool

@@ -60,6 +60,9 @@ def leader(cluster: Cluster, table: str, bucket: int = 0) -> int:
     return current
 
 
+# long (make test-long): 33 s; the fault campaign's leader kills and
+# test_client_log_tables.py's killed leader keep this in make test
+@pytest.mark.long
 def test_repeated_leader_kills_lose_no_acknowledged_write(cluster_factory: Any) -> None:
     cluster: Cluster = cluster_factory(tablet_servers=3, config=CONFIG)
     asyncio.run(create_table(cluster.bootstrap, "kills_log"))

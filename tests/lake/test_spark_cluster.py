@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pytest
 from harness import Cluster
 from test_tiering_service import Workload, create_tables, lake_config, session, wait_until_lake_matches
 
@@ -139,6 +140,9 @@ def test_worker_python_cannot_import_strom(python_without_strom: Path, tmp_path:
     assert subprocess.run(no_strom, cwd=tmp_path, capture_output=True).returncode != 0
 
 
+# long (make test-long): 140 s; the tiering kill loops of tests/lake/test_tiering_service.py and
+# test_strom_local_with_a_standalone_spark_cluster below keep both sides in make test
+@pytest.mark.long
 def test_tiering_on_standalone_survives_a_killed_worker_and_a_killed_driver(
     cluster_factory: Any,
     spark_standalone: StandaloneCluster,

@@ -169,6 +169,9 @@ def app_dirs(spark: StandaloneCluster, app_name: str) -> list[Path]:
     ]
 
 
+# long (make test-long): 47 s; the local-mode connector tests of tests/spark/ and
+# test_strom_local_with_a_standalone_spark_cluster keep the connector and the standalone cluster in make test
+@pytest.mark.long
 def test_batch_reads_and_writes_on_the_standalone_cluster(
     spark_standalone: StandaloneCluster, python_without_strom: Path, shared_cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -319,6 +322,9 @@ def kill_mid_batch(ui_port: int, writer: ConcurrentWriter, kill: Any) -> None:
     kill(executor)
 
 
+# long (make test-long): 146 s; tests/spark/test_spark_exactly_once.py kills a task and the driver in
+# local mode within make test
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_streaming_read_keeps_every_row_once_across_a_killed_worker_and_a_killed_driver(
     spark_standalone: StandaloneCluster, python_without_strom: Path, shared_cluster: Cluster, tmp_path: Path

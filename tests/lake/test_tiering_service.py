@@ -153,6 +153,8 @@ def wait_until_lake_matches(
         time.sleep(0.5)
 
 
+# long (make test-long): 21 s; test_tiering_into_paimon kills the service the same way in make test
+@pytest.mark.long
 def test_killed_tiering_service_ends_with_the_lake_equal_to_fluss(
     cluster_factory: Any, tmp_path: Path, duck: duckdb.DuckDBPyConnection
 ) -> None:
