@@ -50,7 +50,7 @@ from strom.server.launcher import free_port
 @pytest.fixture(scope="module")
 def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     data_dir = tmp_path_factory.mktemp("kafka")
-    process = start_local(data_dir, free_port(), "--tablet-servers", "2", "--config", "kafka.enabled=true")
+    process = start_local(data_dir, free_port(), "--tablet-servers", "3", "--config", "kafka.enabled=true")
     try:
         assert process.stdout is not None
         output = wait_ready(process) + process.stdout.readline()
@@ -63,7 +63,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 def _kafka_servers(cluster: dict[str, Any]) -> list[str]:
     servers: list[str] = cluster["kafka_bootstrap"].split(",")
-    assert len(servers) == 2
+    assert len(servers) == 3
     return servers
 
 
@@ -539,10 +539,10 @@ def test_a_server_sigkill_loses_no_committed_offset_and_duplicates_no_idempotent
     local: dict[str, Any],
 ) -> None:
     """Last in this module: it kills the tablet server that coordinates a group and leads a partition
-    an idempotent producer (acks=all, RF 2) is writing to. The offsets topic has a replica on both."""
+    an idempotent producer (acks=all, RF 3) is writing to. The offsets topic has a replica on another."""
     servers = _kafka_servers(local)
     admin = KafkaAdminClient(bootstrap_servers=servers, request_timeout_ms=15000)
-    admin.create_topics([NewTopic("tracked", 2, 2)])
+    admin.create_topics([NewTopic("tracked", 3, 3)])
     admin.close()
     consumer = KafkaConsumer(bootstrap_servers=servers, group_id="survivor", enable_auto_commit=False)
     partitions = [KafkaTopicPartition("tracked", p) for p in range(2)]
@@ -561,8 +561,8 @@ def test_a_server_sigkill_loses_no_committed_offset_and_duplicates_no_idempotent
     victim_address = next(
         a for s, a in zip(local["servers"][1:], servers, strict=True) if s["id"] == coordinator
     )
-    # the partition the victim leads (Fluss spreads the two leaders over the two servers)
-    partition = next(p for p in range(2) if _leader_address(local, "tracked", p) == victim_address)
+    # the partition the victim leads (Fluss spreads the three leaders over the three servers)
+    partition = next(p for p in range(3) if _leader_address(local, "tracked", p) == victim_address)
 
     producer = Producer(
         {
@@ -603,7 +603,7 @@ def test_a_server_sigkill_loses_no_committed_offset_and_duplicates_no_idempotent
     assert committed == [41, 7]
 
     values = KafkaConsumer(bootstrap_servers=[survivor], consumer_timeout_ms=3000, enable_auto_commit=False)
-    values.assign([partitions[partition]])
+    values.assign([KafkaTopicPartition("tracked", partition)])
     values.seek_to_beginning()
     written = [int(m.value) for m in values]
     values.close()
